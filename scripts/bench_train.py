@@ -3,15 +3,19 @@
     python scripts/bench_train.py                 # GPU: Qwen3-8B and Llama-3.1-8B shapes, random weights
     python scripts/bench_train.py --smoke         # tiny shapes on the CPU (checks the script runs)
 
-For each model shape, stage and pair length L (one packed row = chosen + rejected of L tokens each) it times
-full fine-tuning steps with random weights initialised in place (sharded; no checkpoint on disk):
+For each model shape, stage and pair length L (chosen and rejected of L tokens each; `--layout rows`, the
+default: one sequence per row, attention without segment ids; `packed`: one row of 2 L with segment ids) it
+times full fine-tuning steps with random weights initialised in place (sharded; no checkpoint on disk):
 - JAX: 1 device, and 2 devices as fsdp x seq (ring attention, zigzag, parameters and AdamW state sharded over
   both devices) when 2 are visible;
 - the PyTorch peer in the same run (each configuration in its own process): HF transformers, SDPA, gradient checkpointing, AdamW, bf16 weights, the pair
   as a batch of 2 sequences.
 It prints tokens/s, MFU (reference section 7: FLOPs = 6 N_matmul + 6 L H d S per token, 989 TFLOP/s peak per
 H100/H200) and peak memory, as a table, and appends the table to docs/benchmarks.md (not with --smoke unless
---append is given).
+--append is given). `--json` keeps every figure, `--plot` draws tokens/s and MFU against pair length, ours
+against the peer, and the last lines name the longest pair each device count trained (list longer lengths
+in `--lengths` to search: a length that does not fit shows as out of memory and stops that device count).
+`--profile DIR` writes a jax.profiler trace of one more step of each JAX configuration.
 """
 
 from __future__ import annotations
@@ -43,7 +47,12 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up (compile) step")
     p.add_argument("--param-dtype", default="bfloat16", help="JAX master weights / AdamW state dtype "
                    "(bfloat16 matches the peer's memory; float32 for fp32 masters)")
-    p.add_argument("--remat", default="full", help="ModelConfig.remat policy")
+    p.add_argument("--remat", default="full", help="ModelConfig.remat policy (save_attention_out: also sets "
+                   "longrm_jax.models.xla_flags.GPU_TRAIN_XLA_FLAGS in the child)")
+    p.add_argument("--layout", default="rows", choices=("rows", "packed"), help="data.layout of the JAX step")
+    p.add_argument("--json", default=None, help="append one JSON object per configuration to this file")
+    p.add_argument("--plot", default=None, help="PNG: tokens/s and MFU against pair length, ours vs the peer")
+    p.add_argument("--profile", default=None, help="directory for a jax.profiler trace of one extra step")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch peer")
     p.add_argument("--append", default=None, help="markdown file to append the table to "
                    "(default docs/benchmarks.md; with --smoke only if given)")
@@ -55,7 +64,9 @@ def parse_args(argv=None):
 
 
 def pair_batch(length: int, vocab: int, seed: int = 0) -> dict:
-    """One packed row: chosen then rejected sample of ``length`` tokens; the last 10% of each is response."""
+    """One row: chosen then rejected sample of ``length`` tokens; the last 10% of each is response. Both are
+    exactly ``length`` long, so the packed row (segment ids 1, 2) is also the slotted row of the "rows" layout
+    (slot r = sample r) and, reshaped to [2, length], the peer's batch."""
     rng = np.random.default_rng(seed)
     t = 2 * length
     ids = rng.integers(10, vocab - 10, (1, t)).astype(np.int32)
@@ -91,7 +102,8 @@ def bench_jax(model: str, stage: str, length: int, n_devices: int, args) -> dict
     cfg = load_config(None, [
         f"stage={stage}", f"model.preset={preset}", f"model.head={'classifier' if stage == 'bt' else 'causal_lm'}",
         f"model.compute_dtype={'float32' if args.smoke else 'bfloat16'}", f"model.param_dtype={args.param_dtype}",
-        f"model.remat={args.remat}", f"data.seq_len={2 * length}", "data.batch_rows=1", "mesh.data=1",
+        f"model.remat={args.remat}", f"data.layout={args.layout}",
+        f"data.seq_len={(1 if args.layout == 'rows' else 2) * length}", "data.batch_rows=1", "mesh.data=1",
         "mesh.fsdp=1", f"mesh.seq={seq}", "mesh.param_axes=[fsdp, seq]", "loss.chunk_tokens=4096",
     ] + overrides)
     mesh = make_mesh(1, 1, seq, 1, devices=jax.devices()[:n_devices])
@@ -100,12 +112,13 @@ def bench_jax(model: str, stage: str, length: int, n_devices: int, args) -> dict
     tx = make_optimizer(cfg, 1000)
     state, sh = create_state(cfg, codec, values, tx, mesh, jax.random.key(1))
     del values
-    spec = StageSpec(stage, 1, 1)
+    slots = 2 if args.layout == "rows" else None
+    spec = StageSpec(stage, 1, 1, slotted=slots is not None)
     step = jit_train_step(make_train_step(cfg, codec, tx, spec, lr_schedule(cfg, 1000)), sh,
-                          batch_lib.batch_shardings(mesh))
+                          batch_lib.batch_shardings(mesh, slotted=slots is not None))
     host = pair_batch(length, mcfg.vocab_size)
     with jax.set_mesh(mesh):
-        batch = batch_lib.to_global(batch_lib.prepare(host, seq_shards=seq), mesh)
+        batch = batch_lib.to_global(batch_lib.prepare(host, seq_shards=seq, slots=slots), mesh)
         t0 = time.perf_counter()
         state, m = step(state, batch)
         jax.block_until_ready(m)
@@ -115,6 +128,10 @@ def bench_jax(model: str, stage: str, length: int, n_devices: int, args) -> dict
             state, m = step(state, batch)
         loss = float(jax.device_get(m)["loss"])
         dt = (time.perf_counter() - t0) / args.steps
+        if args.profile:
+            with jax.profiler.trace(os.path.join(args.profile, f"{model}_{stage}_{length}_{n_devices}dev")):
+                state, m = step(state, batch)
+                jax.block_until_ready(m)
     flops = step_flops(mcfg, cfg.head, host["segment_ids"])
     peak = peak_flops(list(mesh.devices.flat))
     mem = [d.memory_stats() or {} for d in mesh.devices.flat]
@@ -206,6 +223,10 @@ def _fmt(v, spec):
 def run_one(spec: str, args) -> dict:
     """Child process: one configuration ``model,stage,length,devices`` (devices 0 = the PyTorch peer)."""
     model, stage, length, n = spec.split(",")
+    if int(n) > 0 and args.remat == "save_attention_out" and not args.smoke:
+        from longrm_jax.models.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
+
+        add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)  # before the first device use (docs/perf_training.md)
     try:
         if int(n) == 0:
             return bench_torch(model, stage, int(length), args)
@@ -213,6 +234,59 @@ def run_one(spec: str, args) -> dict:
     except Exception as e:  # noqa: BLE001 - an OOM in one config must not stop the table
         traceback.print_exc()
         return {"skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"}
+
+
+def _run_child(passthrough: list[str], spec: str) -> dict:
+    # A fresh process per configuration: JAX preallocates GPU memory and peak-memory counters never reset,
+    # so neither the peer nor the next size may share a process with a run.
+    cmd = [sys.executable, os.path.abspath(__file__), *passthrough, "--one", spec]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    if lines:
+        return json.loads(lines[-1][len("RESULT "):])
+    sys.stderr.write(proc.stderr[-4000:])
+    return {"skipped": f"child exited {proc.returncode} (killed / out of memory?)"}
+
+
+def longest_pairs(results: list[dict]) -> list[str]:
+    """One line per (model, stage, run): the longest pair length that trained."""
+    best: dict[tuple, int] = {}
+    for r in results:
+        key = (r["model"], r["stage"], r["run"])
+        if "tokens_per_s" in r:
+            best[key] = max(best.get(key, 0), r["length"])
+    return [f"Longest pair trained: {m} {s} {run}: 2 x {n:,} tokens" for (m, s, run), n in sorted(best.items())]
+
+
+def plot_scaling(results: list[dict], path: str) -> None:
+    """tokens/s and MFU against pair length, one line per (model, stage, run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    series: dict[tuple, list] = {}
+    for r in results:
+        if "tokens_per_s" in r:
+            series.setdefault((r["model"], r["stage"], r["run"]), []).append(r)
+    for (model, stage, run), pts in sorted(series.items()):
+        pts.sort(key=lambda r: r["length"])
+        x = [2 * r["length"] / 1024 for r in pts]
+        style = "--" if run.startswith("pytorch") else "-"
+        label = f"{model} {stage} {run}"
+        axes[0].plot(x, [r["tokens_per_s"] for r in pts], style, marker="o", label=label)
+        axes[1].plot(x, [100 * (r["mfu"] or 0) for r in pts], style, marker="o", label=label)
+    for ax, ylabel in zip(axes, ("tokens / s", "MFU %")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens per step (chosen + rejected), K")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7)
+    fig.suptitle("Training step, longrm_jax vs PyTorch peer (transformers + SDPA)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main(argv=None) -> int:
@@ -229,25 +303,27 @@ def main(argv=None) -> int:
     rows = []
     for model in args.models.split(","):
         for stage in args.stages.split(","):
+            failed: set[int] = set()  # device counts (0 = peer) that already failed at a shorter length
             for length in lengths:
                 runs = [(f"jax {n}dev" + (" fsdp x seq" if n == 2 else ""), n)
                         for n in (int(d) for d in args.devices.split(","))]
                 if not args.no_torch:
                     runs.append(("pytorch 1dev", 0))
                 for name, n in runs:
-                    # A fresh process per configuration: JAX preallocates GPU memory and peak-memory counters
-                    # never reset, so neither the peer nor the next size may share a process with a run.
-                    cmd = [sys.executable, os.path.abspath(__file__), *passthrough, "--one",
-                           f"{model},{stage},{length},{n}"]
-                    proc = subprocess.run(cmd, capture_output=True, text=True)
-                    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-                    if lines:
-                        res = json.loads(lines[-1][len("RESULT "):])
+                    if n in failed:
+                        res = {"skipped": "a shorter pair already failed"}
                     else:
-                        sys.stderr.write(proc.stderr[-4000:])
-                        res = {"skipped": f"child exited {proc.returncode} (killed / out of memory?)"}
+                        res = _run_child(passthrough, f"{model},{stage},{length},{n}")
+                        if "skipped" in res and "devices needed" not in res["skipped"]:
+                            failed.add(n)
+                    res |= {"model": MODELS[model], "stage": stage, "length": length, "run": name,
+                            "devices": n, "layout": None if n == 0 else args.layout,
+                            "remat": None if n == 0 else args.remat}
                     rows.append((MODELS[model], stage, f"2x{length}", name, res))
                     print(rows[-1], flush=True)
+                    if args.json:
+                        with open(args.json, "a", encoding="utf-8") as f:
+                            f.write(json.dumps(res) + "\n")
     header = "| model | stage | pair | run | tokens/s | step s | MFU | peak GiB | note |\n|---|---|---|---|---|---|---|---|---|"
     lines = [header]
     for model, stage, pair, name, r in rows:
@@ -255,14 +331,17 @@ def main(argv=None) -> int:
                      f"{_fmt(r.get('tokens_per_s'), '.0f')} | {_fmt(r.get('step_s'), '.3f')} | "
                      f"{_fmt(None if r.get('mfu') is None else 100 * r['mfu'], '.1f')} | "
                      f"{_fmt(r.get('peak_gib'), '.1f')} | {r.get('skipped', '')} |")
-    table = "\n".join(lines)
+    table = "\n".join(lines + [""] + longest_pairs([r for *_, r in rows]))
     print(table)
+    if args.plot:
+        plot_scaling([r for *_, r in rows], args.plot)
     target = args.append or (None if args.smoke else "docs/benchmarks.md")
     if target:
         dev = next((r["device"] for *_, r in rows if "device" in r), "unknown device")
         with open(target, "a", encoding="utf-8") as f:
             f.write(f"\n### Training steps ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
-                    f"{dev}, scripts/bench_train.py, param dtype {args.param_dtype}, remat {args.remat})\n\n"
+                    f"{dev}, scripts/bench_train.py, param dtype {args.param_dtype}, remat {args.remat}, "
+                    f"layout {args.layout})\n\n"
                     f"{table}\n")
     return 0
 

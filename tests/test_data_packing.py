@@ -137,3 +137,41 @@ def test_buckets_and_empty_rows():
     # rows of 100 (bucket 128) and 50 (bucket 64) tokens: the lone 64-row moves up, then 2 empty rows
     assert batch["input_ids"].shape == (4, 128)
     assert sorted(batch["num_groups"].tolist()) == [0, 0, 1, 2]
+
+
+def test_slotted_rows_one_group_per_row_in_equal_slots():
+    """Slotted rows ("rows" layout): sample r of a group starts at r * T / k, positions restart, pads between."""
+    rng = np.random.default_rng(2)
+    groups = [TokenizedGroup(tuple(_sample(rng, n, 3) for n in lens), Provenance("m", g))
+              for g, lens in enumerate([(50, 20, 30), (10, 12, 9), (64, 64, 1)])]
+    batches = pack_batches(groups, (96, 192), 1, 3, PAD, EOS, slotted=True)
+    rows = [(b, r) for b in batches for r in range(b["input_ids"].shape[0]) if b["num_groups"][r]]
+    assert len(rows) == 3  # one group per row, though two would fit one packed row
+    for batch, r in rows:
+        t = batch["input_ids"].shape[1]
+        slot = t // 3
+        group = next(g for g in groups if np.array_equal(batch["input_ids"][r, :len(g.samples[0])],
+                                                         g.samples[0].input_ids))
+        assert t == (96 if max(len(s) for s in group.samples) <= 32 else 192)  # cost k * longest sample
+        for m, s in enumerate(group.samples):
+            n = len(s)
+            assert np.array_equal(batch["input_ids"][r, m * slot:m * slot + n], s.input_ids)
+            assert np.array_equal(batch["positions"][r, m * slot:m * slot + n], np.arange(n))
+            assert (batch["segment_ids"][r, m * slot:m * slot + n] == m + 1).all()
+            assert (batch["segment_ids"][r, m * slot + n:(m + 1) * slot] == 0).all()
+            assert (batch["input_ids"][r, m * slot + n:(m + 1) * slot] == PAD).all()
+
+
+def test_slotted_rows_cut_samples_to_the_slot():
+    rng = np.random.default_rng(3)
+    group = TokenizedGroup((_sample(rng, 100, 10), _sample(rng, 20, 10)), Provenance("f.jsonl", 2, 3))
+    stats = TruncationStats()
+    (batch,) = pack_batches([group], (128,), 1, 2, PAD, EOS, "right", stats, slotted=True)
+    chosen = batch["input_ids"][0, :64]
+    assert (batch["segment_ids"][0, :64] == 1).all() and chosen[-1] == EOS and batch["loss_mask"][0, 63] == 1
+    assert np.array_equal(chosen[:-1], group.samples[0].input_ids[:63])
+    assert stats.as_dict()["truncated_samples"] == 1 and stats.as_dict()["dropped_tokens"] == 36
+    with pytest.raises(DataError, match=r"f.jsonl: line 3: sample of 100 tokens is longer than the row length 64"):
+        pack_batches([group], (128,), 1, 2, PAD, EOS, "error", slotted=True)
+    with pytest.raises(ValueError, match="multiples of 3"):
+        pack_batches([group], (128,), 1, 3, PAD, EOS, slotted=True)

@@ -146,3 +146,20 @@ def test_truncation_counted(data_dir, tok):
     assert stats["truncated_samples"] > 0 and stats["dropped_tokens"] > 0
     with pytest.raises(DataError, match="truncation policy 'error'"):
         _drain(_make(data_dir / "train.jsonl", tok, max_length=128, num_buckets=1, truncation="error"))
+
+
+def test_slotted_rows(data_dir, tok):
+    """`slotted=True`: every row holds one group, sample r in slot r of row length / group size."""
+    batches = _drain(_make(data_dir / "train.jsonl", tok, slotted=True, num_epochs=1))
+    seen = 0
+    for batch in batches:
+        t = batch["input_ids"].shape[1]
+        assert t % 128 == 0  # buckets are multiples of bucket_multiple x group size
+        for r in range(batch["input_ids"].shape[0]):
+            if batch["num_groups"][r]:
+                assert batch["num_groups"][r] == 1
+                assert batch["segment_ids"][r, 0] == 1 and batch["segment_ids"][r, t // 2] == 2
+                seen += 1
+    assert seen == 48
+    with pytest.raises(ValueError, match="slotted"):
+        _make(data_dir / "sft_train.jsonl", tok, stage="sft", slotted=True)

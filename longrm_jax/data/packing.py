@@ -8,6 +8,10 @@
   common cap so that the sum fits, last token forced to EOS and trained, counted) or raises (`"error"`).
 - Batches: rows of one bucket, `batch_rows` at a time; leftover rows move up to the next bucket; leftovers of
   the largest bucket are completed with empty rows (`num_groups == 0`, all padding).
+- Slotted rows (`slots=k`, the "rows" layout of preference training): one group per row, its k samples in k
+  equal slots of `length / k` tokens (sample r starts at `r * length / k`), each right-padded. A row then costs
+  `k * longest sample`. The trainer reshapes such a batch to [B, k, length / k]: one sequence per row, so
+  attention needs no segment ids (on GPU the cuDNN flash backward, which packed rows cannot use).
 
 Batch dict (numpy int32): `input_ids`, `positions`, `segment_ids`, `loss_mask` [B, T] and `num_groups` [B].
 Segment of sample r (0 = chosen) of group g in a row: `g * group_size + r + 1`; padding: segment 0,
@@ -75,15 +79,43 @@ class PackedRow:
     used: int = 0
 
 
-def pack_rows(groups: Sequence[TokenizedGroup], capacity: int) -> list[PackedRow]:
-    """First-fit-decreasing bin packing (deterministic: ties keep input order). Groups must fit `capacity`."""
-    order = sorted(range(len(groups)), key=lambda i: (-groups[i].num_tokens, i))
+def fit_group_slots(group: TokenizedGroup, slot: int, policy: str, eos_id: int,
+                    stats: TruncationStats | None = None) -> TokenizedGroup:
+    """Slotted rows: cut every sample longer than `slot` tokens to `slot` (or raise with policy "error")."""
+    lengths = [len(s) for s in group.samples]
+    if max(lengths) <= slot:
+        return group
+    p = group.provenance
+    if policy != "right":
+        raise DataError(p.source, p.where(), None, f"sample of {max(lengths)} tokens is longer than the row "
+                        f"length {slot} (truncation policy {policy!r}; use 'right' to cut)")
+    cfg = TruncationConfig(policy="right")
+    samples = tuple(truncate_sample(s, cfg, eos_id, p, max_length=slot) for s in group.samples)
+    if stats is not None:
+        stats.record(0, sum(s.truncated and not o.truncated for s, o in zip(samples, group.samples)),
+                     sum(lengths) - sum(len(s) for s in samples), f"{p.source} {p.where()}")
+    return TokenizedGroup(samples, p)
+
+
+def _row_cost(group: TokenizedGroup, slots: int | None) -> int:
+    return group.num_tokens if slots is None else slots * max(len(s) for s in group.samples)
+
+
+def pack_rows(groups: Sequence[TokenizedGroup], capacity: int, slots: int | None = None) -> list[PackedRow]:
+    """First-fit-decreasing bin packing (deterministic: ties keep input order). Groups must fit `capacity`.
+
+    With `slots`, every group gets a row of its own, costing `slots * longest sample` (see the module notes).
+    """
+    order = sorted(range(len(groups)), key=lambda i: (-_row_cost(groups[i], slots), i))
     rows: list[PackedRow] = []
     for i in order:
         g = groups[i]
-        n = g.num_tokens
+        n = _row_cost(g, slots)
         if n > capacity:
             raise ValueError(f"group of {n} tokens exceeds row capacity {capacity}; call fit_group first")
+        if slots is not None:
+            rows.append(PackedRow([g], n))
+            continue
         for row in rows:
             if row.used + n <= capacity:
                 row.groups.append(g)
@@ -105,7 +137,8 @@ def bucket_for(length: int, buckets: Sequence[int]) -> int:
     raise ValueError(f"length {length} exceeds the largest bucket {buckets[-1]}")
 
 
-def _fill_row(row: PackedRow | None, length: int, group_size: int, pad_id: int, out: dict, b: int) -> None:
+def _fill_row(row: PackedRow | None, length: int, group_size: int, pad_id: int, out: dict, b: int,
+              slotted: bool = False) -> None:
     out["input_ids"][b, :] = pad_id
     if row is None:
         return
@@ -117,6 +150,8 @@ def _fill_row(row: PackedRow | None, length: int, group_size: int, pad_id: int, 
                              f"expected {group_size}")
         for r, s in enumerate(group.samples):
             n = len(s)
+            if slotted:
+                t = r * (length // group_size)
             out["input_ids"][b, t:t + n] = s.input_ids
             out["loss_mask"][b, t:t + n] = s.loss_mask
             out["positions"][b, t:t + n] = np.arange(n, dtype=np.int32)
@@ -125,20 +160,23 @@ def _fill_row(row: PackedRow | None, length: int, group_size: int, pad_id: int, 
     out["num_groups"][b] = len(row.groups)
 
 
-def rows_to_batch(rows: Sequence[PackedRow | None], length: int, group_size: int, pad_id: int) -> dict:
-    """Stack rows (None = empty row) into one batch of row length `length`."""
+def rows_to_batch(rows: Sequence[PackedRow | None], length: int, group_size: int, pad_id: int,
+                  slotted: bool = False) -> dict:
+    """Stack rows (None = empty row) into one batch of row length `length` (`slotted`: see the module notes)."""
+    if slotted and length % group_size:
+        raise ValueError(f"slotted rows: length {length} is not a multiple of the group size {group_size}")
     bsz = len(rows)
     out = {k: np.zeros((bsz, length), np.int32) for k in BATCH_KEYS}
     out["num_groups"] = np.zeros((bsz,), np.int32)
     for b, row in enumerate(rows):
         if row is not None and row.used > length:
             raise ValueError(f"row of {row.used} tokens does not fit length {length}")
-        _fill_row(row, length, group_size, pad_id, out, b)
+        _fill_row(row, length, group_size, pad_id, out, b, slotted)
     return out
 
 
 def rows_to_batches(rows: Sequence[PackedRow], buckets: Sequence[int], batch_rows: int, group_size: int,
-                    pad_id: int) -> list[dict]:
+                    pad_id: int, slotted: bool = False) -> list[dict]:
     """Group rows by bucket into batches of `batch_rows`; leftovers go up a bucket, then get empty rows."""
     buckets = sorted(buckets)
     by_bucket: dict[int, list[PackedRow]] = {b: [] for b in buckets}
@@ -150,22 +188,30 @@ def rows_to_batches(rows: Sequence[PackedRow], buckets: Sequence[int], batch_row
         pending = carry + by_bucket[b]
         full = len(pending) // batch_rows * batch_rows
         for start in range(0, full, batch_rows):
-            batches.append(rows_to_batch(pending[start:start + batch_rows], b, group_size, pad_id))
+            batches.append(rows_to_batch(pending[start:start + batch_rows], b, group_size, pad_id, slotted))
         carry = pending[full:]
         if i == len(buckets) - 1 and carry:
             padded: list[PackedRow | None] = list(carry) + [None] * (batch_rows - len(carry))
-            batches.append(rows_to_batch(padded, b, group_size, pad_id))
+            batches.append(rows_to_batch(padded, b, group_size, pad_id, slotted))
     return batches
 
 
 def pack_batches(groups: Sequence[TokenizedGroup], buckets: Sequence[int], batch_rows: int, group_size: int,
                  pad_id: int, eos_id: int, policy: str = "right",
-                 stats: TruncationStats | None = None) -> list[dict]:
-    """Fit, pack and batch `groups` (one window of the pipeline). Deterministic in its inputs."""
+                 stats: TruncationStats | None = None, slotted: bool = False) -> list[dict]:
+    """Fit, pack and batch `groups` (one window of the pipeline). Deterministic in its inputs.
+
+    `slotted`: one group per row in `group_size` equal slots (buckets must be multiples of `group_size`).
+    """
     capacity = max(buckets)
-    fitted = [fit_group(g, capacity, policy, eos_id, stats) for g in groups]
-    rows = pack_rows(fitted, capacity)
-    return rows_to_batches(rows, buckets, batch_rows, group_size, pad_id)
+    if slotted:
+        if any(b % group_size for b in buckets):
+            raise ValueError(f"slotted rows: buckets {tuple(buckets)} must be multiples of {group_size}")
+        fitted = [fit_group_slots(g, capacity // group_size, policy, eos_id, stats) for g in groups]
+    else:
+        fitted = [fit_group(g, capacity, policy, eos_id, stats) for g in groups]
+    rows = pack_rows(fitted, capacity, group_size if slotted else None)
+    return rows_to_batches(rows, buckets, batch_rows, group_size, pad_id, slotted)
 
 
 def batch_spec(batch_rows: int, length: int) -> dict[str, tuple[tuple[int, ...], type]]:

@@ -13,7 +13,8 @@ Trainer API::
 
 `data`: a path (see `readers`), a `RecordSource`, or a sequence of `SFTRecord` / `PreferenceRecord`.
 Other arguments (`PipelineConfig`): `buckets` (or `num_buckets`, `bucket_multiple`), `window_groups`,
-`truncation` ("right" | "error"), `sample_max_length`, `skip_bad_rows`, `reject_selection` ("first" |
+`truncation` ("right" | "error"), `sample_max_length`, `slotted` (one group per row, sample r in slot r of
+`row length / group_size` tokens: see `packing`), `skip_bad_rows`, `reject_selection` ("first" |
 "random": a seeded subset when a row has more rejected than `num_rejects`), `shuffle`, `prefetch`,
 `num_threads`, `process_index` / `process_count` (default: jax's).
 `tokenizer`: a `ChatTokenizer` or a tokenizer directory. `stage`: "sft" (groups of 1 sample) or
@@ -74,7 +75,8 @@ class PipelineConfig:
     bucket_multiple: int = 128
     window_groups: int = 256  # groups packed together (bigger: fuller rows, more memory)
     truncation: str = "right"  # "right" or "error" for sequences longer than sample_max_length / rows
-    sample_max_length: int | None = None  # per-sequence cap before packing (default: max_length)
+    sample_max_length: int | None = None  # per-sequence cap before packing (default: the longest row / slot)
+    slotted: bool = False  # preference stages: one group per row, each sample in its own equal slot
     skip_bad_rows: bool = False
     reject_selection: str = "first"  # "first" or "random" (seeded per row, as upstream's random.sample)
     process_index: int = 0
@@ -96,6 +98,8 @@ class PipelineConfig:
             raise ValueError(f"reject_selection must be 'first' or 'random', got {self.reject_selection!r}")
         if self.num_epochs is not None and self.num_epochs <= 0:
             raise ValueError("num_epochs must be positive or None")
+        if self.slotted and self.stage == "sft":
+            raise ValueError("slotted rows hold one preference group each; stage 'sft' packs samples")
 
     @property
     def group_size(self) -> int:
@@ -105,7 +109,9 @@ class PipelineConfig:
     def resolved_buckets(self) -> tuple[int, ...]:
         if self.buckets is not None:
             return tuple(sorted(self.buckets))
-        return make_buckets(self.max_length, self.num_buckets, self.bucket_multiple)
+        # Slotted rows: every slot (row / group_size) a multiple of bucket_multiple.
+        multiple = self.bucket_multiple * (self.group_size if self.slotted else 1)
+        return make_buckets(self.max_length, self.num_buckets, multiple)
 
     @property
     def rows_per_process(self) -> int:
@@ -140,8 +146,8 @@ class _WindowPacker:
 
     def __init__(self, tokenizer: ChatTokenizer, cfg: PipelineConfig, stats: TruncationStats):
         self.tok, self.cfg, self.stats = tokenizer, cfg, stats
-        self.truncation = TruncationConfig(policy=cfg.truncation,
-                                           max_length=cfg.sample_max_length or max(cfg.resolved_buckets))
+        longest = max(cfg.resolved_buckets) // (cfg.group_size if cfg.slotted else 1)
+        self.truncation = TruncationConfig(policy=cfg.truncation, max_length=cfg.sample_max_length or longest)
         self.skipped = 0
         self._lock = threading.Lock()
 
@@ -168,7 +174,7 @@ class _WindowPacker:
             except DataError as e:
                 self._skip(e)
         batches = pack_batches(groups, cfg.resolved_buckets, cfg.batch_size, cfg.group_size, self.tok.pad_id,
-                               self.tok.eos_id, cfg.truncation, self.stats)
+                               self.tok.eos_id, cfg.truncation, self.stats, cfg.slotted)
         order = np.random.default_rng([cfg.seed, window_index, 7]).permutation(len(batches))
         return [batches[i] for i in order]
 

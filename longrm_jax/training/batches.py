@@ -6,7 +6,11 @@ zigzag reordering for sequence parallelism:
   segment, else -1;
 - ``target_mask[t]``: ``loss_mask[t + 1]`` for those positions (the contract's mask is on the predicted token);
 - ``last_token_mask[t]``: 1 at the last token of every segment (where Bradley-Terry reads the score).
-Then, with a ``seq`` mesh axis of size s > 1, every [B, T] array is permuted by
+A *slotted* batch (``data.layout: rows``: one preference group per row, sample r in slot r of T / k tokens,
+see ``data.packing``) is then reshaped to [B, k, T / k]: one sequence per row, which the step runs through the
+model without segment ids (on GPU the attention backward is then cuDNN's flash kernel; packed rows need
+tokamax's, which does not skip other segments' blocks).
+Then, with a ``seq`` mesh axis of size s > 1, every row is permuted by
 ``parallel.ring_attention.zigzag_permutation`` so each device's contiguous slice holds its zigzag chunks.
 """
 
@@ -20,8 +24,8 @@ ROW_KEYS = ("input_ids", "positions", "segment_ids", "targets", "target_mask", "
 BATCH_AXES = ("data", "fsdp")
 
 
-def prepare(batch: dict, *, seq_shards: int = 1) -> dict:
-    """Host-side step inputs from a packed batch (numpy in, numpy out)."""
+def prepare(batch: dict, *, seq_shards: int = 1, slots: int | None = None) -> dict:
+    """Host-side step inputs from a packed batch (numpy in, numpy out); ``slots``: k of a slotted batch."""
     ids = np.asarray(batch["input_ids"], np.int32)
     seg = np.asarray(batch["segment_ids"], np.int32)
     loss_mask = np.asarray(batch["loss_mask"], np.int32)
@@ -44,9 +48,13 @@ def prepare(batch: dict, *, seq_shards: int = 1) -> dict:
         "target_mask": target_mask,
         "last_token_mask": last,
     }
+    if slots is not None:
+        if t % slots:
+            raise ValueError(f"slotted batch: row length {t} is not a multiple of {slots} slots")
+        out = {k: v.reshape(b, slots, t // slots) for k, v in out.items()}
     if seq_shards > 1:
-        perm = _zigzag(t, seq_shards)
-        out = {k: v[:, perm] for k, v in out.items()}
+        perm = _zigzag(out["input_ids"].shape[-1], seq_shards)
+        out = {k: v[..., perm] for k, v in out.items()}
     out["num_groups"] = np.asarray(num_groups, np.int32)
     return out
 
@@ -57,8 +65,8 @@ def _zigzag(seq_len: int, shards: int) -> np.ndarray:
     return np.asarray(zigzag_permutation(seq_len, shards))
 
 
-def batch_shardings(mesh) -> dict:
-    rows = NamedSharding(mesh, P(BATCH_AXES, "seq"))
+def batch_shardings(mesh, *, slotted: bool = False) -> dict:
+    rows = NamedSharding(mesh, P(BATCH_AXES, None, "seq") if slotted else P(BATCH_AXES, "seq"))
     out = {k: rows for k in ROW_KEYS}
     out["num_groups"] = NamedSharding(mesh, P(BATCH_AXES))
     return out
@@ -69,7 +77,7 @@ def to_global(local: dict, mesh) -> dict:
 
     With several processes each one passes its own ``B / process_count`` rows, in process order.
     """
-    sh = batch_shardings(mesh)
+    sh = batch_shardings(mesh, slotted=np.ndim(local["input_ids"]) == 3)
     if jax.process_count() == 1:
         return {k: jax.device_put(v, sh[k]) for k, v in local.items()}
     out = {}

@@ -39,7 +39,11 @@ class DataSection:
     source: str = "synthetic"  # "synthetic" or a dataset path the data package reads
     eval_source: str | None = None  # None: held-out synthetic pairs / the source's eval split
     tokenizer: str | None = None  # None: the bundled tiny tokenizer
-    seq_len: int = 512  # tokens per packed row (T)
+    seq_len: int = 512  # tokens per row (T): a packed row, or one sequence with layout "rows"
+    # "packed": groups back to back in rows of seq_len (segment ids). "rows" (preference stages): one sequence
+    # per row, a group's 1 + R rows side by side, each sample cut to seq_len: attention without segment ids
+    # (the fast GPU layout for long pairs: cuDNN's flash backward; packing gains nothing at 1 group per row).
+    layout: str = "packed"
     batch_rows: int = 8  # packed rows per optimizer step, global (B)
     num_rejects: int = 1  # rejected responses per group (R), preference stages
     max_groups_per_row: int = 8  # static bound on groups (or SFT samples) per row
@@ -153,6 +157,10 @@ class TrainConfig:
             raise ConfigError("stage bt needs a score head (model.head: classifier or auto)")
         if self.stage != "bt" and self.model.head == "classifier":
             raise ConfigError(f"stage {self.stage} needs an LM head (model.head: causal_lm or auto)")
+        if self.data.layout not in ("packed", "rows"):
+            raise ConfigError(f"data.layout must be packed or rows; got {self.data.layout!r}")
+        if self.data.layout == "rows" and self.stage == "sft":
+            raise ConfigError("data.layout rows is for preference stages (simpo, bt); sft packs samples")
         if self.mesh.seq > 1 and self.data.seq_len % (2 * self.mesh.seq):
             raise ConfigError(f"data.seq_len ({self.data.seq_len}) must be a multiple of 2 x mesh.seq "
                               f"({2 * self.mesh.seq}) for zigzag ring attention")

@@ -35,7 +35,8 @@ def _synthetic_rows(cfg: TrainConfig, n: int, seed: int) -> list[dict]:
     from longrm_jax.data import synthetic
 
     opts = dict(cfg.data.synthetic)
-    lengths = opts.pop("lengths", None) or [cfg.data.seq_len // (2 * (1 + cfg.data.num_rejects))]
+    per_row = 1 if cfg.data.layout == "rows" else 1 + cfg.data.num_rejects  # sequences sharing seq_len
+    lengths = opts.pop("lengths", None) or [cfg.data.seq_len // (2 * per_row)]
     return synthetic.training_rows(n, seed, lengths, num_rejects=max(cfg.data.num_rejects, 1), **opts)
 
 
@@ -64,11 +65,18 @@ def _file_records(cfg: TrainConfig, path: str, sft: bool):
     return list(read_records(path, "sft" if sft else "preference", split=split))
 
 
+def slots(cfg: TrainConfig) -> int | None:
+    """Sequences per group row of a ``data.layout: rows`` batch (None for packed rows)."""
+    return 1 + cfg.data.num_rejects if cfg.data.layout == "rows" else None
+
+
 def packed_batches(cfg: TrainConfig, tokenizer: ChatTokenizer, records, *, sft: bool, batch_rows: int) -> list[dict]:
     r = 0 if sft else cfg.data.num_rejects
     trunc = TruncationConfig(policy="right", max_length=cfg.data.seq_len)
     groups = [tokenizer.tokenize(rec, num_rejects=max(r, 1), truncation=trunc) for rec in records]
-    return pack_batches(groups, (cfg.data.seq_len,), batch_rows, 1 + r, tokenizer.pad_id, tokenizer.eos_id)
+    k = slots(cfg)
+    return pack_batches(groups, ((k or 1) * cfg.data.seq_len,), batch_rows, 1 + r, tokenizer.pad_id,
+                        tokenizer.eos_id, slotted=k is not None)
 
 
 def train_records(cfg: TrainConfig):
@@ -91,11 +99,14 @@ def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, 
 
     d = cfg.data
     records = train_records(cfg) if records is None else records
-    buckets = make_buckets(d.seq_len, d.num_buckets, d.bucket_multiple) if d.num_buckets > 1 else (d.seq_len,)
+    k = slots(cfg) or 1  # a "rows" group is packed as one row of k slots of seq_len, then reshaped
+    row = k * d.seq_len
+    buckets = make_buckets(row, d.num_buckets, k * d.bucket_multiple) if d.num_buckets > 1 else (row,)
     return make_train_iterator(
-        records, tokenizer, stage=cfg.stage, num_rejects=max(d.num_rejects, 1), max_length=d.seq_len,
+        records, tokenizer, stage=cfg.stage, num_rejects=max(d.num_rejects, 1), max_length=row,
         buckets=buckets, batch_size=d.batch_rows, seed=cfg.seed, shuffle=d.shuffle, num_epochs=num_epochs,
-        window_groups=d.window_groups, num_threads=max(1, d.worker_count),
+        window_groups=d.window_groups, num_threads=max(1, d.worker_count), slotted=k > 1,
+        sample_max_length=d.seq_len if k > 1 else None,
     )
 
 

@@ -17,7 +17,9 @@ from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.training import batches as batch_lib
 from longrm_jax.training.checkpoint import Checkpointer, is_training_checkpoint
 from longrm_jax.training.config import TrainConfig
-from longrm_jax.training.data_source import count_batches, eval_batches, load_tokenizer, train_iterator, train_records
+from longrm_jax.training.data_source import (count_batches, eval_batches, load_tokenizer, train_iterator,
+                                             train_records)
+from longrm_jax.training.data_source import slots as data_slots
 from longrm_jax.training.distributed import maybe_initialize
 from longrm_jax.training.metrics import MetricsWriter, peak_flops, step_flops
 from longrm_jax.training.model_setup import load_model
@@ -44,13 +46,15 @@ def _log(msg: str) -> None:
         tqdm.write(msg)
 
 
-def evaluate(eval_fn, state, eval_host: list[dict], mesh, seq_shards: int) -> float | None:
+def evaluate(eval_fn, state, eval_host: list[dict], mesh, seq_shards: int,
+             slots: int | None = None) -> float | None:
     """Pairwise accuracy (chosen reward > mean rejected reward) over held-out batches."""
     if not eval_host:
         return None
     correct = total = 0.0
     for host in eval_host:
-        batch = batch_lib.to_global(batch_lib.prepare(batch_lib.process_rows(host), seq_shards=seq_shards), mesh)
+        batch = batch_lib.to_global(
+            batch_lib.prepare(batch_lib.process_rows(host), seq_shards=seq_shards, slots=slots), mesh)
         chosen, rejected, valid = jax.device_get(eval_fn(state.params, state.frozen, batch))
         correct += float(((chosen > rejected) & valid).sum())
         total += float(valid.sum())
@@ -59,7 +63,9 @@ def evaluate(eval_fn, state, eval_host: list[dict], mesh, seq_shards: int) -> fl
 
 def _groups_bound(cfg: TrainConfig, observed: int) -> int:
     """Static number of groups per row the step is compiled for: ``data.max_groups_per_row`` or, when a row
-    holds more, the next power of two (one more compilation)."""
+    holds more, the next power of two (one more compilation); 1 for ``data.layout: rows``."""
+    if cfg.data.layout == "rows":
+        return 1
     bound = max(cfg.data.max_groups_per_row, 1)
     while bound < observed:
         bound *= 2
@@ -92,6 +98,8 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
         devices = devices[: math.prod(sizes)]  # a fixed-size mesh on a larger host uses its first devices
     mesh = make_mesh(data=m.data, fsdp=m.fsdp, seq=m.seq, tensor=m.tensor, devices=devices)
     seq_shards = int(mesh.shape["seq"])
+    slots = data_slots(cfg)  # k sequences per group row with data.layout rows, else None
+    slotted = slots is not None
     tokenizer = load_tokenizer(cfg)
     records = train_records(cfg)
     eval_host = eval_batches(cfg, tokenizer) if (cfg.eval_before or cfg.eval_after) else []
@@ -145,17 +153,17 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
             """The jitted step compiled for ``groups`` groups per row (a static shape of the reductions)."""
             bound = _groups_bound(cfg, groups)
             if bound not in step_fns:
-                spec = StageSpec(cfg.stage, num_rejects, bound)
+                spec = StageSpec(cfg.stage, num_rejects, bound, slotted)
                 step_fns[bound] = jit_train_step(make_train_step(cfg, codec, tx, spec, schedule), state_sh,
-                                                 batch_lib.batch_shardings(mesh))
+                                                 batch_lib.batch_shardings(mesh, slotted=slotted))
             return step_fns[bound]
 
         eval_groups = max([int(np.max(b["num_groups"])) for b in eval_host] + [1])
         eval_fn = make_eval_step(cfg, codec, StageSpec(cfg.stage, cfg.data.num_rejects,
-                                                       _groups_bound(cfg, eval_groups)))
+                                                       _groups_bound(cfg, eval_groups), slotted))
         result = RunResult(final_step=start, checkpoint_dir=ckpt_dir)
         if cfg.eval_before and start == 0 and eval_host:
-            result.accuracy_before = evaluate(eval_fn, state, eval_host, mesh, seq_shards)
+            result.accuracy_before = evaluate(eval_fn, state, eval_host, mesh, seq_shards, slots)
             _log(f"held-out pairwise accuracy before training: {100 * result.accuracy_before:.1f}%")
             writer.write(0, {"accuracy": result.accuracy_before}, prefix="eval")
 
@@ -168,7 +176,7 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
             while step < total_steps:
                 host = next(iterator)  # this process's rows of the global batch
                 step_fn = step_for(_global_max_groups(host))
-                batch = batch_lib.to_global(batch_lib.prepare(host, seq_shards=seq_shards), mesh)
+                batch = batch_lib.to_global(batch_lib.prepare(host, seq_shards=seq_shards, slots=slots), mesh)
                 t0 = time.perf_counter()
                 state, metrics = step_fn(state, batch)
                 metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
@@ -208,7 +216,7 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
                 writer.close()
         result.final_step = step
         if cfg.eval_after and eval_host:
-            result.accuracy_after = evaluate(eval_fn, state, eval_host, mesh, seq_shards)
+            result.accuracy_after = evaluate(eval_fn, state, eval_host, mesh, seq_shards, slots)
             _log(f"held-out pairwise accuracy after training: {100 * result.accuracy_after:.1f}%")
             writer.write(step, {"accuracy": result.accuracy_after}, prefix="eval")
         writer.close()

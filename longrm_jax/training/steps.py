@@ -2,7 +2,8 @@
 
 A step receives a prepared batch (see ``training.batches``): [B, T] arrays ``input_ids``, ``positions``,
 ``segment_ids``, ``targets`` (next token within the segment, -1 elsewhere), ``target_mask``,
-``last_token_mask``, and [B] ``num_groups``. Losses are sums over the microbatch divided by the count over
+``last_token_mask``, and [B] ``num_groups``; slotted batches (``StageSpec.slotted``) have [B, k, T / k] arrays,
+one group of k sequences per row. Losses are sums over the microbatch divided by the count over
 the *whole* global batch (trained tokens for SFT, valid groups for SimPO / BT), so gradient accumulation and
 any sharding give the upstream mean exactly.
 """
@@ -31,6 +32,11 @@ class StageSpec:
     stage: str
     num_rejects: int
     max_groups: int
+    slotted: bool = False  # [B, 1 + R, L] batches: one sequence per row, no segment ids (max_groups 1)
+
+    def __post_init__(self):
+        if self.slotted and (self.stage == "sft" or self.max_groups != 1):
+            raise ValueError("slotted batches hold one preference group per row (stage simpo / bt, max_groups 1)")
 
     @property
     def num_segments(self) -> int:
@@ -47,21 +53,30 @@ def batch_count(batch: dict, spec: StageSpec) -> jax.Array:
 def group_values(model, batch: dict, cfg: TrainConfig, spec: StageSpec):
     """(chosen [B, G], rejected [B, G, R], valid [B, G]) of the stage's quantity: pi (mean response log-prob)
     for sft / simpo, the score at the segment's last token for bt."""
-    ids, pos, seg = batch["input_ids"], batch["positions"], batch["segment_ids"]
-    b = ids.shape[0]
-    if spec.stage == "bt":
-        scores = model.token_scores(ids, pos, seg)[..., 0].astype(jnp.float32)
-        vals = losses.segment_last_values(scores, batch["last_token_mask"], seg, spec.num_segments)
+    b = batch["input_ids"].shape[0]
+    if spec.slotted:
+        # One sequence per row: rows [B * k, L], each its own segment 1; the model sees no segment ids (right
+        # padding needs no mask under a causal one, and pad tokens carry no loss).
+        rows = {k: v.reshape((-1, v.shape[-1])) for k, v in batch.items() if k != "num_groups"}
+        seg, attn_seg, num_segments = (rows["segment_ids"] > 0).astype(jnp.int32), None, 1
     else:
-        lp = token_logprobs(model, batch, cfg)
-        vals, _ = losses.segment_mean_logprobs(lp, batch["target_mask"], seg, spec.num_segments)
+        rows, num_segments = batch, spec.num_segments
+        seg = attn_seg = batch["segment_ids"]
+    if spec.stage == "bt":
+        scores = model.token_scores(rows["input_ids"], rows["positions"], attn_seg)[..., 0].astype(jnp.float32)
+        vals = losses.segment_last_values(scores, rows["last_token_mask"], seg, num_segments)
+    else:
+        lp = token_logprobs(model, rows, cfg, packed=not spec.slotted)
+        vals, _ = losses.segment_mean_logprobs(lp, rows["target_mask"], seg, num_segments)
     vals = vals.reshape(b, spec.max_groups, 1 + spec.num_rejects)
     valid = jnp.arange(spec.max_groups)[None, :] < batch["num_groups"][:, None]
     return vals[..., 0], vals[..., 1:], valid
 
 
-def token_logprobs(model, batch: dict, cfg: TrainConfig) -> jax.Array:
-    hidden = model.hidden_states(batch["input_ids"], batch["positions"], batch["segment_ids"])
+def token_logprobs(model, batch: dict, cfg: TrainConfig, packed: bool = True) -> jax.Array:
+    """[B, T] log-prob of each target token; ``packed=False``: one sequence per row, attention without segments."""
+    seg = batch["segment_ids"] if packed else None
+    hidden = model.hidden_states(batch["input_ids"], batch["positions"], seg)
     # The head in the compute dtype (bf16 matmuls on accelerators); logits accumulate in fp32 chunk by chunk.
     return losses.token_logprobs(
         hidden, model.lm_head_weight().astype(hidden.dtype), batch["targets"], chunk_tokens=cfg.loss.chunk_tokens
@@ -154,7 +169,8 @@ def make_eval_step(cfg: TrainConfig, codec: ParamCodec, spec: StageSpec) -> Call
 
     def evaluate(params, frozen, batch):
         model = codec.model(effective_params(cfg, params, frozen))
-        eval_spec = spec if spec.stage != "sft" else StageSpec("simpo", spec.num_rejects, spec.max_groups)
+        eval_spec = spec if spec.stage != "sft" else StageSpec("simpo", spec.num_rejects, spec.max_groups,
+                                                               spec.slotted)
         chosen, rejected, valid = group_values(model, batch, cfg, eval_spec)
         return chosen, rejected.mean(-1), valid
 
