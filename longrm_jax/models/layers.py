@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax.ad_checkpoint import checkpoint_name
 
 from longrm_jax.models.config import ModelConfig
 from longrm_jax.models.rope import apply_rope
+from longrm_jax.ops.attention import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME
 from longrm_jax.parallel.mesh import logical_to_spec
 
 
@@ -82,8 +82,6 @@ def layer_forward(p, x_btd, cos, sin, cfg: ModelConfig, rules, attend):
     h = rms_norm(x_btd, p["attn_norm"], cfg.rms_norm_eps)
     q, k, v = qkv_projection(p, h, cos, sin, cfg)
     attn, aux = attend(q, k, v)
-    # Named for the "save_attention_out" remat policy, which also keeps the kernel's own outputs (out + LSE).
-    attn = checkpoint_name(attn, "attention_out")
     x = constrain(x_btd + output_projection(p, attn, cfg), ("batch", "seq", "act_embed"), rules)
     h = rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps)
     x = constrain(x + mlp(p, h, cfg, rules), ("batch", "seq", "act_embed"), rules)
@@ -122,48 +120,14 @@ def _single_query_attention(q_bkgh, k_bskh, v_bskh, mask_bs, scale):
     return jnp.sum(probs[..., None] * v_bskh[:, :, :, None, :].astype(f32), axis=1)
 
 
-# Primitives whose outputs are the attention kernels' forward results (output and softmax statistics): tokamax's
-# Mosaic GPU kernel (``mpmd_map``), Pallas kernels (``pallas_call``: tokamax Triton, TPU splash) and JAX's
-# private cuDNN flash forward (``ops.cudnn_flash``).
-ATTENTION_KERNEL_PRIMITIVES = frozenset({
-    "mpmd_map", "pallas_call", "dot_product_attention_fwd", "dot_product_attention_fwd_wrapper"})
-
-
-def save_attention_policy(prim, *_, **params) -> bool:
-    """Remat policy: keep the attention kernels' forward outputs (output + LSE statistics) and the value named
-    ``attention_out``; recompute everything else.
-
-    Naming the attention output alone is not enough: the kernels' custom VJPs keep their own residuals
-    (q, k, v, out and the LSE), and the LSE is not a named value, so ``save_only_these_names("attention_out")``
-    still re-runs the forward kernel in the backward pass (seen in the compiled H200 program: a second
-    ``flash_attention_sm90`` call under ``rematted_computation``). Saving the kernel primitive's outputs keeps
-    out and the statistics; q/k/v (cheap projections) are recomputed. Cost: one [T, N*H] bf16 output plus
-    2 x [N, T] fp32 per layer (0.54 GB per layer at 64K tokens, Qwen3-8B).
-    """
-    if prim.name == "name":  # checkpoint_name's primitive
-        return params.get("name") == "attention_out"
-    if prim.name in ATTENTION_KERNEL_PRIMITIVES:
-        return True
-    # tokamax wraps its kernel in its own custom_vjp, which stays one opaque primitive inside our kernel's
-    # forward rule: save its outputs when its body runs an attention kernel.
-    call = params.get("call_jaxpr")
-    return prim.name == "custom_vjp_call" and call is not None and _runs_attention_kernel(call)
-
-
-def _runs_attention_kernel(jaxpr, depth: int = 0) -> bool:
-    """Whether a (closed) jaxpr binds one of ``ATTENTION_KERNEL_PRIMITIVES``, searching nested jaxprs."""
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    if depth > 8 or not hasattr(jaxpr, "eqns"):
-        return False
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name in ATTENTION_KERNEL_PRIMITIVES:
-            return True
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (tuple, list)) else (value,):
-                if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
-                    if _runs_attention_kernel(sub, depth + 1):
-                        return True
-    return False
+# Remat policy ``save_attention_out``: keep the attention kernel's two forward outputs (output and LSE, named by
+# ``ops.flash`` inside its custom VJP's forward rule) and recompute everything else, q/k/v included.
+# Why names and not primitives: the kernels' own outputs are all the backward needs, but matching kernel
+# primitives (tokamax's ``mpmd_map``, its custom_vjp) also kept tokamax's internal residuals: a 78.8 GiB stacked
+# buffer for Qwen3-8B at 64K tokens (OOM on an H200), against 0.5 GB per layer for out + LSE.
+# Cost: one [T, N*H] bf16 output plus [N, T] fp32 per layer (19 GB over 36 layers at 64K tokens, Qwen3-8B).
+# Implementations without these names (xla, ring) simply recompute, as with ``full``.
+save_attention_policy = jax.checkpoint_policies.save_only_these_names(ATTENTION_OUT_NAME, ATTENTION_LSE_NAME)
 
 
 def remat_policy(name: str):

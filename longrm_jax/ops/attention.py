@@ -35,6 +35,12 @@ class AttentionNotSupportedError(ValueError):
     """The requested implementation cannot compute this attention (mask, backend or package missing)."""
 
 
+# ``checkpoint_name``s of a kernel's forward outputs inside its custom VJP (flash kernels): a remat policy that
+# saves these two keeps the backward from re-running the forward kernel.
+ATTENTION_OUT_NAME = "attention_kernel_out"
+ATTENTION_LSE_NAME = "attention_kernel_lse"
+
+
 def _check_impl(impl):
     if impl not in IMPLEMENTATIONS:
         raise ValueError(f"unknown attention impl {impl!r}; valid: {', '.join(IMPLEMENTATIONS)}")

@@ -31,10 +31,11 @@ import logging
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 from jax.custom_derivatives import SymbolicZero
 
 from longrm_jax.ops import cudnn_flash
-from longrm_jax.ops.attention import AttentionNotSupportedError
+from longrm_jax.ops.attention import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME, AttentionNotSupportedError
 
 
 # ------------------------------------------------------------------------------------------ tokamax
@@ -129,6 +130,9 @@ def _lse_vjp_kernel(fwd, bwd):
         q, k, v, q_seg, kv_seg = jax.tree.map(lambda p: p.value, (q, k, v, q_seg, kv_seg))
         out, lse = fwd(q, k, v, q_segment_ids=q_seg, kv_segment_ids=_kv(q_seg, kv_seg), causal=causal,
                        scale=scale)
+        # Named so that a remat policy can keep exactly these two (the backward's only kernel outputs) and
+        # recompute q, k, v: see models.layers.save_attention_policy.
+        out, lse = checkpoint_name(out, ATTENTION_OUT_NAME), checkpoint_name(lse, ATTENTION_LSE_NAME)
         return (out, lse), (q, k, v, out, lse, q_seg, kv_seg)
 
     def f_bwd(causal, scale, res, cts):
