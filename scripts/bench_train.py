@@ -223,6 +223,8 @@ def _fmt(v, spec):
 def run_one(spec: str, args) -> dict:
     """Child process: one configuration ``model,stage,length,devices`` (devices 0 = the PyTorch peer)."""
     model, stage, length, n = spec.split(",")
+    # A training process owns its GPU: let XLA's pool take 95% of it (JAX's default is 75%), as the peer may.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
     if int(n) > 0 and args.remat == "save_attention_out" and not args.smoke:
         from longrm_jax.models.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
 
