@@ -53,6 +53,9 @@ def parse_args(argv=None):
     p.add_argument("--json", default=None, help="append one JSON object per configuration to this file")
     p.add_argument("--plot", default=None, help="PNG: tokens/s and MFU against pair length, ours vs the peer")
     p.add_argument("--profile", default=None, help="directory for a jax.profiler trace of one extra step")
+    p.add_argument("--breakdown", action="store_true", help="also time the step's parts separately: loss forward, "
+                   "gradient (forward + backward), optimizer update (JAX runs; needs memory for one more "
+                   "gradient)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch peer")
     p.add_argument("--append", default=None, help="markdown file to append the table to "
                    "(default docs/benchmarks.md; with --smoke only if given)")
@@ -128,6 +131,7 @@ def bench_jax(model: str, stage: str, length: int, n_devices: int, args) -> dict
             state, m = step(state, batch)
         loss = float(jax.device_get(m)["loss"])
         dt = (time.perf_counter() - t0) / args.steps
+        parts = _time_parts(cfg, codec, tx, spec, state, batch, args.steps) if args.breakdown else {}
         if args.profile:
             with jax.profiler.trace(os.path.join(args.profile, f"{model}_{stage}_{length}_{n_devices}dev")):
                 state, m = step(state, batch)
@@ -140,7 +144,51 @@ def bench_jax(model: str, stage: str, length: int, n_devices: int, args) -> dict
     gc.collect()
     return {"tokens_per_s": 2 * length / dt, "step_s": dt, "mfu": flops / dt / peak if peak else None,
             "peak_gib": peak_mem / 2**30 if peak_mem else None, "loss": loss, "compile_s": compile_s,
-            "device": jax.devices()[0].device_kind}
+            "device": jax.devices()[0].device_kind, **parts}
+
+
+def _time_parts(cfg, codec, tx, spec, state, batch, steps: int) -> dict:
+    """Seconds of the step's parts, each jitted alone: where a slow step loses its time."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from longrm_jax.training.state import effective_params
+    from longrm_jax.training.steps import batch_count, loss_sums
+
+    def loss(params, batch):
+        model = codec.model(effective_params(cfg, params, state.frozen))
+        return loss_sums(model, batch, cfg, spec)[0] / batch_count(batch, spec)
+
+    def update(params, opt_state, grads):
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    def timed(fn, *a):
+        jax.block_until_ready(fn(*a))
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            out = fn(*a)
+        jax.block_until_ready(out)
+        return (time.perf_counter() - t0) / steps, out
+
+    out = {}
+    out["part_forward_s"], _ = timed(jax.jit(loss), state.params, batch)
+    out["part_grad_s"], grads = timed(jax.jit(jax.grad(loss)), state.params, batch)
+    out["part_norm_s"], _ = timed(jax.jit(optax.global_norm), grads)
+    out["part_update_s"], _ = timed(jax.jit(update), state.params, state.opt_state, grads)
+    # Donated, as in the train step (on copies: the state itself stays valid).
+    params, opt_state = jax.tree.map(jnp.copy, (state.params, state.opt_state))
+    fn = jax.jit(update, donate_argnums=(0, 1))
+    params, opt_state = fn(params, opt_state, grads)
+    jax.block_until_ready(params)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        params, opt_state = fn(params, opt_state, grads)
+    jax.block_until_ready(params)
+    out["part_update_donated_s"] = (time.perf_counter() - t0) / steps
+    out["param_kinds"] = sorted({str(getattr(x.sharding, "memory_kind", None)) for x in jax.tree.leaves(params)})
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ PyTorch
@@ -250,6 +298,14 @@ def _run_child(passthrough: list[str], spec: str) -> dict:
     return {"skipped": f"child exited {proc.returncode} (killed / out of memory?)"}
 
 
+def _parts_note(r: dict) -> str:
+    if "part_grad_s" not in r:
+        return ""
+    return (f"forward {r['part_forward_s']:.3f} s, gradient {r['part_grad_s']:.3f} s, "
+            f"optimizer {r['part_update_s']:.3f} s (donated {r['part_update_donated_s']:.3f} s), "
+            f"grad norm {r['part_norm_s']:.3f} s")
+
+
 def longest_pairs(results: list[dict]) -> list[str]:
     """One line per (model, stage, run): the longest pair length that trained."""
     best: dict[tuple, int] = {}
@@ -332,7 +388,7 @@ def main(argv=None) -> int:
         lines.append(f"| {model}{' (tiny)' if args.smoke else ''} | {stage} | {pair} | {name} | "
                      f"{_fmt(r.get('tokens_per_s'), '.0f')} | {_fmt(r.get('step_s'), '.3f')} | "
                      f"{_fmt(None if r.get('mfu') is None else 100 * r['mfu'], '.1f')} | "
-                     f"{_fmt(r.get('peak_gib'), '.1f')} | {r.get('skipped', '')} |")
+                     f"{_fmt(r.get('peak_gib'), '.1f')} | {r.get('skipped', '') or _parts_note(r)} |")
     table = "\n".join(lines + [""] + longest_pairs([r for *_, r in rows]))
     print(table)
     if args.plot:
