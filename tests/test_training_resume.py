@@ -1,6 +1,7 @@
 """Checkpoints: SIGKILL (during an async save) then --resume ends bit-identical to an uninterrupted run; a NaN
 loss stops the run naming the step and keeps the last good checkpoint."""
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -54,11 +55,11 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
     def poisoned(*args):
         inner = real(*args)
 
-        def step(state, batch):  # step 3 sees NaN weights: its loss and gradients are NaN
+        def gradients(state, batch):  # step 3 sees NaN weights: its loss and gradients are NaN
             bad = jax.tree.map(lambda p: jnp.where(state.step == 2, jnp.nan, p), state.params)
-            return inner(state.replace(params=bad), batch)
+            return inner.gradients(state.replace(params=bad), batch)
 
-        return step
+        return dataclasses.replace(inner, gradients=gradients)
 
     monkeypatch.setattr(loop, "make_train_step", poisoned)
     with pytest.raises(loop.NonFiniteLossError, match=r"at step 3.*Last good checkpoint: step 2"):
