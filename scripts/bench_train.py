@@ -44,7 +44,9 @@ def parse_args(argv=None):
     p.add_argument("--stages", default="simpo,bt", help="comma list of simpo, bt")
     p.add_argument("--lengths", default="16384,32768", help="tokens per response sample L (row = 2 L)")
     p.add_argument("--devices", default="1,2", help="JAX device counts to run (2: fsdp x seq over 2 devices)")
-    p.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up (compile) step")
+    p.add_argument("--steps", type=int, default=3, help="timed steps (after the compile step and --warmup)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps after the compile step (a fresh JAX "
+                   "process runs its first steps after compiling up to 1.6x slower: H200, 2 x 8K tokens)")
     p.add_argument("--param-dtype", default="bfloat16", help="JAX master weights / AdamW state dtype "
                    "(bfloat16 matches the peer's memory; float32 for fp32 masters)")
     p.add_argument("--remat", default="full", help="ModelConfig.remat policy (save_attention_out: also sets "
@@ -126,18 +128,25 @@ def bench_jax(model: str, stage: str, length: int, n_devices: int, args) -> dict
         state, m = step(state, batch)
         jax.block_until_ready(m)
         compile_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for _ in range(args.steps):
+        for _ in range(args.warmup):
             state, m = step(state, batch)
+        jax.block_until_ready(m)
+        times = []
+        for _ in range(args.steps):  # each step timed alone: the spread shows whether it settled
+            t0 = time.perf_counter()
+            state, m = step(state, batch)
+            jax.block_until_ready(m)
+            times.append(time.perf_counter() - t0)
         loss = float(jax.device_get(m)["loss"])
-        dt = (time.perf_counter() - t0) / args.steps
+        dt = float(np.median(times))
         if args.profile:
             with jax.profiler.trace(os.path.join(args.profile, f"{model}_{stage}_{length}_{n_devices}dev")):
                 state, m = step(state, batch)
                 jax.block_until_ready(m)
         mem = [d.memory_stats() or {} for d in mesh.devices.flat]  # the step's peak, before the parts below
         # Last: its split-step timing consumes the state.
-        parts = _time_parts(cfg, codec, tx, spec, state, batch, args.steps) if args.breakdown else {}
+        parts = (_time_parts(cfg, codec, tx, spec, state, batch, args.steps, sh,
+                             batch_lib.batch_shardings(mesh, slotted=slots is not None)) if args.breakdown else {})
     flops = step_flops(mcfg, cfg.head, host["segment_ids"])
     peak = peak_flops(list(mesh.devices.flat))
     peak_mem = max((s.get("peak_bytes_in_use", 0) for s in mem), default=0)
@@ -145,17 +154,18 @@ def bench_jax(model: str, stage: str, length: int, n_devices: int, args) -> dict
     gc.collect()
     return {"tokens_per_s": 2 * length / dt, "step_s": dt, "mfu": flops / dt / peak if peak else None,
             "peak_gib": peak_mem / 2**30 if peak_mem else None, "loss": loss, "compile_s": compile_s,
+            "step_times": times,
             "device": jax.devices()[0].device_kind, **parts}
 
 
-def _time_parts(cfg, codec, tx, spec, state, batch, steps: int) -> dict:
+def _time_parts(cfg, codec, tx, spec, state, batch, steps: int, state_sh, batch_sh) -> dict:
     """Seconds of the step's parts, each jitted alone: where a slow step loses its time."""
     import jax
     import jax.numpy as jnp
     import optax
 
     from longrm_jax.training.state import effective_params
-    from longrm_jax.training.steps import batch_count, loss_sums
+    from longrm_jax.training.steps import batch_count, loss_sums, make_train_step
 
     def loss(params, batch):
         model = codec.model(effective_params(cfg, params, state.frozen))
@@ -174,6 +184,11 @@ def _time_parts(cfg, codec, tx, spec, state, batch, steps: int) -> dict:
         return (time.perf_counter() - t0) / steps, out
 
     out = {}
+    # The trainer's own gradient program, jitted with and without its shardings.
+    ts = make_train_step(cfg, codec, tx, spec, lambda step: 0.0)
+    out["part_step_gradients_sharded_s"], _ = timed(
+        jax.jit(ts.gradients, in_shardings=(state_sh, batch_sh), out_shardings=(state_sh.params, None)), state, batch)
+    out["part_step_gradients_plain_s"], _ = timed(jax.jit(ts.gradients), state, batch)
     out["part_forward_s"], _ = timed(jax.jit(loss), state.params, batch)
     out["part_grad_s"], grads = timed(jax.jit(jax.grad(loss)), state.params, batch)
     out["part_norm_s"], _ = timed(jax.jit(optax.global_norm), grads)
@@ -241,14 +256,17 @@ def bench_torch(model: str, stage: str, length: int, args) -> dict:
 
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    step()
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(1 + args.warmup):  # as the JAX runs: a first step, then --warmup untimed ones
+        step()
     sync()
-    t0 = time.perf_counter()
+    times = []
     for _ in range(args.steps):
-        loss = step()
-    sync()
-    dt = (time.perf_counter() - t0) / args.steps
+        t0 = time.perf_counter()
+        loss = step()  # float(loss) synchronises
+        sync()
+        times.append(time.perf_counter() - t0)
+    dt = float(np.median(times))
     flops = 6.0 * matmul_params(mcfg, head) * 2 * length + 6.0 * mcfg.num_layers * mcfg.num_heads * mcfg.head_dim \
         * 2 * length**2
     peak = 989e12 if device == "cuda" and any(k in torch.cuda.get_device_name() for k in ("H100", "H200")) else None
@@ -258,7 +276,7 @@ def bench_torch(model: str, stage: str, length: int, args) -> dict:
     if device == "cuda":
         torch.cuda.empty_cache()
     return {"tokens_per_s": 2 * length / dt, "step_s": dt, "mfu": flops / dt / peak if peak else None,
-            "peak_gib": peak_mem, "loss": loss}
+            "peak_gib": peak_mem, "loss": loss, "step_times": times}
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -301,7 +319,8 @@ def _run_child(passthrough: list[str], spec: str) -> dict:
 def _parts_note(r: dict) -> str:
     if "part_grad_s" not in r:
         return ""
-    return (f"forward {r['part_forward_s']:.3f} s, gradient {r['part_grad_s']:.3f} s, "
+    return (f"step's gradient program {r['part_step_gradients_sharded_s']:.3f} s (unsharded jit "
+            f"{r['part_step_gradients_plain_s']:.3f} s), forward {r['part_forward_s']:.3f} s, gradient {r['part_grad_s']:.3f} s, "
             f"grad norm {r['part_norm_s']:.3f} s, gradient then donated update {r['part_split_step_s']:.3f} s")
 
 
