@@ -123,8 +123,8 @@ def _single_query_attention(q_bkgh, k_bskh, v_bskh, mask_bs, scale):
 # Remat policy ``save_attention_out``: keep the attention kernel's two forward outputs (output and LSE, named by
 # ``ops.flash`` inside its custom VJP's forward rule) and recompute everything else, q/k/v included.
 # Why names and not primitives: the kernels' own outputs are all the backward needs, but matching kernel
-# primitives (tokamax's ``mpmd_map``, its custom_vjp) also kept tokamax's internal residuals: a 78.8 GiB stacked
-# buffer for Qwen3-8B at 64K tokens (OOM on an H200), against 0.5 GB per layer for out + LSE.
+# primitives (tokamax's ``mpmd_map``, its custom_vjp) also kept tokamax's internal residuals: the step's XLA
+# temp allocation for Qwen3-8B at 2 x 32K tokens (H200) was 78.8 GiB that way, 61.7 GiB with the names.
 # Cost: one [T, N*H] bf16 output plus [N, T] fp32 per layer (19 GB over 36 layers at 64K tokens, Qwen3-8B).
 # Implementations without these names (xla, ring) simply recompute, as with ``full``.
 save_attention_policy = jax.checkpoint_policies.save_only_these_names(ATTENTION_OUT_NAME, ATTENTION_LSE_NAME)
