@@ -104,6 +104,8 @@ def part_disrm_jax(args) -> dict:
     scorer = DisRMScorer(model, cfg.pad_token_id, batch_size=1, max_batch_tokens=None)
     seqs = random_sequences(cfg, count_for(args, args.seq), args.seq)
     scorer.score(seqs[:1], progress=False)  # compile
+    for _ in range(args.warmup):
+        scorer.score(seqs[:1], progress=False)
     start = time.perf_counter()
     scorer.score(seqs, progress=False)  # returns host numpy: synchronised
     seconds = time.perf_counter() - start
@@ -130,6 +132,8 @@ def part_disrm_shared_jax(args) -> dict:
         answers = random_sequences(cfg, 2, suffix, seed=1000 + i)
         groups.append([np.concatenate([prompt, a]) for a in answers])
     scorer.score_group(groups[0])  # compile
+    for _ in range(args.warmup):
+        scorer.score_group(groups[0])
     start = time.perf_counter()
     for group in groups:
         scorer.score_group(group)
@@ -162,7 +166,8 @@ def part_disrm_torch(args) -> dict:
             torch.cuda.synchronize()
 
     with torch.inference_mode():
-        model(seqs[0]).logits.float().cpu()  # warm-up
+        for _ in range(1 + args.warmup):  # as the JAX side: a first pass, then --warmup more
+            model(seqs[0]).logits.float().cpu()
         sync()
         start = time.perf_counter()
         for ids in seqs:
@@ -205,6 +210,8 @@ def part_decode_jax(args) -> dict:
         return mid - start, time.perf_counter() - mid, int(taken)
 
     run()  # compile both
+    for _ in range(args.warmup):
+        run()
     prefill_s, decode_s, taken = run()
     weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     if not cfg.tie_word_embeddings:  # a step reads one embedding row, not the table
@@ -242,6 +249,7 @@ def run_part(args, part: str, seq: int | None = None) -> dict | None:
         cmd.append("--smoke")
     if args.sequences:
         cmd += ["--sequences", str(args.sequences)]
+    cmd += ["--warmup", str(args.warmup)]
     if args.hbm_gbps:
         cmd += ["--hbm-gbps", str(args.hbm_gbps)]
     env = dict(os.environ)
@@ -326,6 +334,8 @@ def main(argv=None) -> int:
     p.add_argument("--preset", default="qwen3_8b", help="model shapes (longrm_jax.training.model_setup.PRESETS)")
     p.add_argument("--lengths", type=int, nargs="+", default=None, help="DisRM sequence lengths (default 32768 131072)")
     p.add_argument("--sequences", type=int, default=None, help="sequences scored per length (default 4 up to 32K tokens, 2 beyond; smoke 3)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed passes after the compile one, both sides (a fresh "
+                   "JAX process runs its first seconds after compiling up to 1.6x slower: scripts/bench_train.py)")
     p.add_argument("--decode-context", type=int, default=None, help="GRM prompt tokens (default 32768)")
     p.add_argument("--decode-steps", type=int, default=None, help="GRM new tokens (default 256)")
     p.add_argument("--decode-batch", type=int, default=1, help="GRM rows decoded together")
