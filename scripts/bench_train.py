@@ -6,8 +6,8 @@
 For each model shape, stage and pair length L (chosen and rejected of L tokens each; `--layout rows`, the
 default: one sequence per row, attention without segment ids; `packed`: one row of 2 L with segment ids) it
 times full fine-tuning steps with random weights initialised in place (sharded; no checkpoint on disk):
-- JAX: 1 device, and 2 devices as fsdp x seq (ring attention, zigzag, parameters and AdamW state sharded over
-  both devices) when 2 are visible;
+- JAX: on each device count of `--devices` (default 1 and 2): n > 1 devices as fsdp x seq (the pair's rows
+  split over all n by zigzag ring attention, parameters and AdamW state sharded over all n), when visible;
 - the PyTorch peer in the same run (each configuration in its own process): HF transformers, SDPA, gradient checkpointing, AdamW, bf16 weights, the pair
   as a batch of 2 sequences.
 It prints tokens/s, MFU (reference section 7: FLOPs = 6 N_matmul + 6 L H d S per token, 989 TFLOP/s peak per
@@ -43,7 +43,7 @@ def parse_args(argv=None):
     p.add_argument("--models", default="qwen3_8b,llama31_8b", help="comma list of " + ", ".join(MODELS))
     p.add_argument("--stages", default="simpo,bt", help="comma list of simpo, bt")
     p.add_argument("--lengths", default="16384,32768", help="tokens per response sample L (row = 2 L)")
-    p.add_argument("--devices", default="1,2", help="JAX device counts to run (2: fsdp x seq over 2 devices)")
+    p.add_argument("--devices", default="1,2", help="JAX device counts to run (n > 1: fsdp x seq, the sequence ring over all n)")
     p.add_argument("--steps", type=int, default=3, help="timed steps (after the compile step and --warmup)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps after the compile step (a fresh JAX "
                    "process runs its first steps after compiling up to 1.6x slower: H200, 2 x 8K tokens)")
@@ -101,7 +101,7 @@ def bench_jax(model: str, stage: str, length: int, n_devices: int, args) -> dict
 
     if len(jax.devices()) < n_devices:
         return {"skipped": f"{n_devices} devices needed, {len(jax.devices())} visible"}
-    seq = 2 if n_devices == 2 else 1
+    seq = n_devices  # one sequence over every device (ring attention); parameters sharded over fsdp x seq
     preset = TINY[model] if args.smoke else model
     overrides = ["model.overrides.vocab_size=1000"] if args.smoke else []
     cfg = load_config(None, [
@@ -370,7 +370,9 @@ def main(argv=None) -> int:
     if args.smoke:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
         if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-            os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+            count = max([2] + [int(d) for d in args.devices.split(",")])
+            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                       f" --xla_force_host_platform_device_count={count}")
     if args.one:
         print("RESULT " + json.dumps(run_one(args.one, args)), flush=True)
         return 0
@@ -381,7 +383,7 @@ def main(argv=None) -> int:
         for stage in args.stages.split(","):
             failed: set[int] = set()  # device counts (0 = peer) that already failed at a shorter length
             for length in lengths:
-                runs = [(f"jax {n}dev" + (" fsdp x seq" if n == 2 else ""), n)
+                runs = [(f"jax {n}dev" + (" fsdp x seq" if n > 1 else ""), n)
                         for n in (int(d) for d in args.devices.split(","))]
                 if not args.no_torch:
                     runs.append(("pytorch 1dev", 0))
