@@ -43,7 +43,8 @@ def parse_args(argv=None):
     p.add_argument("--models", default="qwen3_8b,llama31_8b", help="comma list of " + ", ".join(MODELS))
     p.add_argument("--stages", default="simpo,bt", help="comma list of simpo, bt")
     p.add_argument("--lengths", default="16384,32768", help="tokens per response sample L (row = 2 L)")
-    p.add_argument("--devices", default="1,2", help="JAX device counts to run (n > 1: fsdp x seq, the sequence ring over all n)")
+    p.add_argument("--devices", default="1,2",
+                   help="JAX device counts to run (n > 1: fsdp x seq, the sequence ring over all n)")
     p.add_argument("--steps", type=int, default=3, help="timed steps (after the compile step and --warmup)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps after the compile step (a fresh JAX "
                    "process runs its first steps after compiling up to 1.6x slower: H200, 2 x 8K tokens)")
@@ -56,8 +57,8 @@ def parse_args(argv=None):
     p.add_argument("--plot", default=None, help="PNG: tokens/s and MFU against pair length, ours vs the peer")
     p.add_argument("--profile", default=None, help="directory for a jax.profiler trace of one extra step")
     p.add_argument("--breakdown", action="store_true", help="also time the step's parts separately: loss forward, "
-                   "gradient (forward + backward), optimizer update (JAX runs; needs memory for one more "
-                   "gradient)")
+                   "the gradient program (forward + backward), and the whole step again after them (JAX runs; "
+                   "needs memory for one more gradient)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch peer")
     p.add_argument("--append", default=None, help="markdown file to append the table to "
                    "(default docs/benchmarks.md; with --smoke only if given)")
@@ -146,7 +147,8 @@ def bench_jax(model: str, stage: str, length: int, n_devices: int, args) -> dict
         mem = [d.memory_stats() or {} for d in mesh.devices.flat]  # the step's peak, before the parts below
         # Last: its split-step timing consumes the state.
         parts = (_time_parts(cfg, codec, tx, spec, state, batch, args.steps, sh,
-                             batch_lib.batch_shardings(mesh, slotted=slots is not None)) if args.breakdown else {})
+                             batch_lib.batch_shardings(mesh, slotted=slots is not None), step)
+                 if args.breakdown else {})
     flops = step_flops(mcfg, cfg.head, host["segment_ids"])
     peak = peak_flops(list(mesh.devices.flat))
     peak_mem = max((s.get("peak_bytes_in_use", 0) for s in mem), default=0)
@@ -158,10 +160,9 @@ def bench_jax(model: str, stage: str, length: int, n_devices: int, args) -> dict
             "device": jax.devices()[0].device_kind, **parts}
 
 
-def _time_parts(cfg, codec, tx, spec, state, batch, steps: int, state_sh, batch_sh) -> dict:
-    """Seconds of the step's parts, each jitted alone: where a slow step loses its time."""
+def _time_parts(cfg, codec, tx, spec, state, batch, steps: int, state_sh, batch_sh, step) -> dict:
+    """Seconds of the step's parts, each jitted alone: where a slow step loses its time. Consumes ``state``."""
     import jax
-    import jax.numpy as jnp
     import optax
 
     from longrm_jax.training.state import effective_params
@@ -170,10 +171,6 @@ def _time_parts(cfg, codec, tx, spec, state, batch, steps: int, state_sh, batch_
     def loss(params, batch):
         model = codec.model(effective_params(cfg, params, state.frozen))
         return loss_sums(model, batch, cfg, spec)[0] / batch_count(batch, spec)
-
-    def update(params, opt_state, grads):
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state
 
     def timed(fn, *a):
         jax.block_until_ready(fn(*a))
@@ -184,24 +181,18 @@ def _time_parts(cfg, codec, tx, spec, state, batch, steps: int, state_sh, batch_
         return (time.perf_counter() - t0) / steps, out
 
     out = {}
-    # The trainer's own gradient program, jitted with and without its shardings.
-    ts = make_train_step(cfg, codec, tx, spec, lambda step: 0.0)
-    out["part_step_gradients_sharded_s"], _ = timed(
-        jax.jit(ts.gradients, in_shardings=(state_sh, batch_sh), out_shardings=(state_sh.params, None)), state, batch)
-    out["part_step_gradients_plain_s"], _ = timed(jax.jit(ts.gradients), state, batch)
     out["part_forward_s"], _ = timed(jax.jit(loss), state.params, batch)
-    out["part_grad_s"], grads = timed(jax.jit(jax.grad(loss)), state.params, batch)
+    # The trainer's own gradient program, jitted as jit_train_step does.
+    gradients = jax.jit(make_train_step(cfg, codec, tx, spec, lambda _: 0.0).gradients,
+                        in_shardings=(state_sh, batch_sh), out_shardings=(state_sh.params, None))
+    out["part_grad_s"], (grads, _) = timed(gradients, state, batch)
     out["part_norm_s"], _ = timed(jax.jit(optax.global_norm), grads)
-    # The step as two programs: the gradient, then the donated update (consumes the state: run last).
-    grad_fn, update_fn = jax.jit(jax.grad(loss)), jax.jit(update, donate_argnums=(0, 1))
-    params, opt_state = state.params, state.opt_state
     del grads
-    params, opt_state = update_fn(params, opt_state, grad_fn(params, batch))
-    jax.block_until_ready(params)
+    # The whole step again, gradient then donated update, now that the process has run a while.
     t0 = time.perf_counter()
     for _ in range(steps):
-        params, opt_state = update_fn(params, opt_state, grad_fn(params, batch))
-    jax.block_until_ready(params)
+        state, m = step(state, batch)
+    jax.block_until_ready(m)
     out["part_split_step_s"] = (time.perf_counter() - t0) / steps
     return out
 
@@ -319,9 +310,8 @@ def _run_child(passthrough: list[str], spec: str) -> dict:
 def _parts_note(r: dict) -> str:
     if "part_grad_s" not in r:
         return ""
-    return (f"step's gradient program {r['part_step_gradients_sharded_s']:.3f} s (unsharded jit "
-            f"{r['part_step_gradients_plain_s']:.3f} s), forward {r['part_forward_s']:.3f} s, gradient {r['part_grad_s']:.3f} s, "
-            f"grad norm {r['part_norm_s']:.3f} s, gradient then donated update {r['part_split_step_s']:.3f} s")
+    return (f"forward {r['part_forward_s']:.3f} s, gradient program {r['part_grad_s']:.3f} s, "
+            f"grad norm {r['part_norm_s']:.3f} s, whole step later in the process {r['part_split_step_s']:.3f} s")
 
 
 def longest_pairs(results: list[dict]) -> list[str]:

@@ -65,11 +65,17 @@ def fit_group(group: TokenizedGroup, capacity: int, policy: str, eos_id: int,
             cap = share
             break
         remaining -= length
+    return _cut_samples(group, cap, eos_id, stats)
+
+
+def _cut_samples(group: TokenizedGroup, cap: int, eos_id: int, stats: TruncationStats | None) -> TokenizedGroup:
+    """Every sample longer than `cap` cut to `cap` (EOS last, trained), the cuts counted in `stats`."""
+    p = group.provenance
     cfg = TruncationConfig(policy="right")
     samples = tuple(truncate_sample(s, cfg, eos_id, p, max_length=cap) for s in group.samples)
     if stats is not None:
         stats.record(0, sum(s.truncated and not o.truncated for s, o in zip(samples, group.samples)),
-                     total - sum(len(s) for s in samples), f"{p.source} {p.where()}")
+                     group.num_tokens - sum(len(s) for s in samples), f"{p.source} {p.where()}")
     return TokenizedGroup(samples, p)
 
 
@@ -89,12 +95,7 @@ def fit_group_slots(group: TokenizedGroup, slot: int, policy: str, eos_id: int,
     if policy != "right":
         raise DataError(p.source, p.where(), None, f"sample of {max(lengths)} tokens is longer than the row "
                         f"length {slot} (truncation policy {policy!r}; use 'right' to cut)")
-    cfg = TruncationConfig(policy="right")
-    samples = tuple(truncate_sample(s, cfg, eos_id, p, max_length=slot) for s in group.samples)
-    if stats is not None:
-        stats.record(0, sum(s.truncated and not o.truncated for s, o in zip(samples, group.samples)),
-                     sum(lengths) - sum(len(s) for s in samples), f"{p.source} {p.where()}")
-    return TokenizedGroup(samples, p)
+    return _cut_samples(group, slot, eos_id, stats)
 
 
 def _row_cost(group: TokenizedGroup, slots: int | None) -> int:

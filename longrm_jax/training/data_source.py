@@ -95,16 +95,15 @@ def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, 
     """The grain training iterator (this process's rows of each global batch; ``num_epochs=None``: forever)."""
     from longrm_jax.data.pipeline import make_train_iterator
 
-    from longrm_jax.data.packing import make_buckets
-
     d = cfg.data
     records = train_records(cfg) if records is None else records
     k = slots(cfg) or 1  # a "rows" group is packed as one row of k slots of seq_len, then reshaped
     row = k * d.seq_len
-    buckets = make_buckets(row, d.num_buckets, k * d.bucket_multiple) if d.num_buckets > 1 else (row,)
     return make_train_iterator(
         records, tokenizer, stage=cfg.stage, num_rejects=max(d.num_rejects, 1), max_length=row,
-        buckets=buckets, batch_size=d.batch_rows, seed=cfg.seed, shuffle=d.shuffle, num_epochs=num_epochs,
+        # One bucket: exactly the row length; several: the pipeline's (slot lengths multiples of bucket_multiple).
+        buckets=None if d.num_buckets > 1 else (row,), num_buckets=d.num_buckets, bucket_multiple=d.bucket_multiple,
+        batch_size=d.batch_rows, seed=cfg.seed, shuffle=d.shuffle, num_epochs=num_epochs,
         window_groups=d.window_groups, num_threads=max(1, d.worker_count), slotted=k > 1,
         sample_max_length=d.seq_len if k > 1 else None,
     )

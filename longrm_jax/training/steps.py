@@ -10,6 +10,7 @@ any sharding give the upstream mean exactly.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -200,8 +201,7 @@ def make_eval_step(cfg: TrainConfig, codec: ParamCodec, spec: StageSpec) -> Call
 
     def evaluate(params, frozen, batch):
         model = codec.model(effective_params(cfg, params, frozen))
-        eval_spec = spec if spec.stage != "sft" else StageSpec("simpo", spec.num_rejects, spec.max_groups,
-                                                               spec.slotted)
+        eval_spec = spec if spec.stage != "sft" else dataclasses.replace(spec, stage="simpo")
         chosen, rejected, valid = group_values(model, batch, cfg, eval_spec)
         return chosen, rejected.mean(-1), valid
 
