@@ -37,5 +37,15 @@ def test_type_errors_name_the_key():
         load_config(None, ["mesh.seq=two"])
     with pytest.raises(ConfigError, match="stage must be one of"):
         load_config(None, ["stage=dpo"])
-    with pytest.raises(ConfigError, match="multiple of grad_accum"):
-        load_config(None, ["data.batch_rows=3", "grad_accum=2"])
+    with pytest.raises(ConfigError, match=r"data.batch_rows \(3\) must be a multiple of 1 \+ data.num_rejects"):
+        load_config(None, ["stage=simpo", "data.layout=rows", "data.batch_rows=3"])
+    with pytest.raises(ConfigError, match="grad_accum must be >= 1"):
+        load_config(None, ["grad_accum=0"])
+
+
+def test_batch_rows_are_per_micro_step():
+    """An optimizer step takes batch_rows x grad_accum model rows; the rows layout spends 1 + R per group."""
+    cfg = load_config(None, ["data.batch_rows=2", "grad_accum=8"])
+    assert cfg.pipeline_rows_per_step == 16
+    cfg = load_config(None, ["stage=simpo", "data.layout=rows", "data.batch_rows=2", "grad_accum=8"])
+    assert cfg.pipeline_rows_per_step == 8  # groups of chosen + rejected, one per micro step

@@ -16,11 +16,12 @@ from longrm_jax.training.model_setup import init_random, preset_config, with_tra
 from longrm_jax.training.state import create_state, lr_schedule, make_optimizer
 from longrm_jax.training.steps import StageSpec, jit_train_step, make_train_step
 
-BASE = ["data.layout=rows", "data.seq_len=64", "data.batch_rows=4", "data.synthetic.lengths=[24,40]",
+BASE = ["data.layout=rows", "data.seq_len=64", "data.synthetic.lengths=[24,40]",
         "data.num_train=8", "optim.lr=1e-2", "optim.warmup_ratio=0", "optim.eps=1e-3"]
 CASES = {
-    "simpo": ["stage=simpo", "loss.label_smoothing=0.1"],
-    "bt": ["stage=bt", "data.num_rejects=2"],
+    # 4 groups per step: data.batch_rows counts model rows, 1 + R per group in the rows layout.
+    "simpo": ["stage=simpo", "loss.label_smoothing=0.1", "data.batch_rows=8"],
+    "bt": ["stage=bt", "data.num_rejects=2", "data.batch_rows=12"],
 }
 
 
@@ -85,7 +86,7 @@ def test_rows_layout_matches_packed_on_one_device(stage):
 @pytest.mark.slow  # compiling the 8-device SPMD step dominates
 def test_rows_layout_sharded_matches_single_device():
     assert len(jax.devices()) == 8
-    cfg = load_config(None, BASE + CASES["bt"] + ["grad_accum=2"], base=DEFAULT_CONFIG)
+    cfg = load_config(None, BASE + CASES["bt"] + ["grad_accum=2", "data.batch_rows=6"], base=DEFAULT_CONFIG)
     host, k = _host_batch(cfg)
     single = load_config(None, BASE + CASES["bt"], base=DEFAULT_CONFIG)
     one = _one_step(single, make_mesh(1, 1, 1, 1, devices=jax.devices()[:1]), host, k)

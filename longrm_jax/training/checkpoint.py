@@ -85,6 +85,19 @@ def is_training_checkpoint(path: str) -> bool:
     return any(os.path.isdir(os.path.join(path, d, "state")) for d in os.listdir(path) if d.isdigit())
 
 
+def trained_model_config(directory: str, step: int | None = None) -> ModelConfig:
+    """The ModelConfig recorded in a training checkpoint (no weights read)."""
+    manager = _manager(directory, read_only=True)
+    try:
+        step = manager.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"{directory}: no complete training checkpoint step")
+        meta = manager.restore(step, args=ocp.args.Composite(model=ocp.args.JsonRestore()))
+    finally:
+        manager.close()
+    return ModelConfig(**meta["model"])
+
+
 def load_trained_weights(directory: str, step: int | None = None) -> tuple[ModelConfig, dict[str, np.ndarray]]:
     """(ModelConfig, flat parameter dict as host numpy) of a training checkpoint, LoRA merged.
 

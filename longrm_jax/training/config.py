@@ -31,7 +31,9 @@ class ModelSection:
     head: str = "auto"  # "causal_lm" or "classifier" (score head); "auto": classifier for stage bt
     compute_dtype: str = "float32"  # activations / matmuls; "bfloat16" on accelerators
     param_dtype: str = "float32"  # master weights and optimizer state
-    remat: str = "none"  # ModelConfig.remat: none, full, dots_saveable, save_attention_out
+    # ModelConfig.remat (none, full, dots_saveable, save_attention_out) or "auto": the fastest of none,
+    # save_attention_out, full whose compiled step fits the device (training.memory_plan).
+    remat: str = "none"
 
 
 @dataclass
@@ -44,7 +46,10 @@ class DataSection:
     # per row, a group's 1 + R rows side by side, each sample cut to seq_len: attention without segment ids
     # (the fast GPU layout for long pairs: cuDNN's flash backward; packing gains nothing at 1 group per row).
     layout: str = "packed"
-    batch_rows: int = 8  # packed rows per optimizer step, global (B)
+    # Model rows per micro step, global over the data-parallel devices; an optimizer step takes
+    # batch_rows x grad_accum rows. Packed: a row of seq_len tokens holding several groups. Rows layout: one
+    # sequence per row, so a preference group takes 1 + num_rejects rows (batch_rows must be a multiple).
+    batch_rows: int = 8
     num_rejects: int = 1  # rejected responses per group (R), preference stages
     max_groups_per_row: int = 8  # static bound on groups (or SFT samples) per row
     num_train: int = 512  # synthetic: training samples
@@ -129,12 +134,16 @@ class TrainConfig:
     output_dir: str = "runs/default"
     steps: int = 0  # optimizer steps; 0: `epochs` passes over the training data
     epochs: float = 1.0
-    grad_accum: int = 1
+    grad_accum: int = 1  # micro steps per optimizer step, each of data.batch_rows rows
     log_every: int = 1
     eval_before: bool = True
     eval_after: bool = True
     progress: bool = True
     tensorboard: bool = True
+    # Before loading weights the trainer compiles the step and stops if its predicted memory exceeds the
+    # device's (training.memory_plan). Per-device budget in GiB; None: the device allocator's limit (none on CPU).
+    memory_check: bool = True
+    memory_budget_gib: float | None = None
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     loss: LossSection = field(default_factory=LossSection)
@@ -147,10 +156,20 @@ class TrainConfig:
     def validate(self) -> "TrainConfig":
         if self.stage not in ("sft", "simpo", "bt"):
             raise ConfigError(f"stage must be one of sft, simpo, bt; got {self.stage!r}")
-        if self.grad_accum < 1 or self.data.batch_rows % self.grad_accum:
+        if self.grad_accum < 1:
+            raise ConfigError(f"grad_accum must be >= 1; got {self.grad_accum}")
+        if self.data.batch_rows < 1:
+            raise ConfigError(f"data.batch_rows must be >= 1; got {self.data.batch_rows}")
+        group_rows = 1 + self.data.num_rejects
+        if self.data.layout == "rows" and self.stage != "sft" and self.data.batch_rows % group_rows:
             raise ConfigError(
-                f"data.batch_rows ({self.data.batch_rows}) must be a multiple of grad_accum ({self.grad_accum})"
-            )
+                f"data.batch_rows ({self.data.batch_rows}) must be a multiple of 1 + data.num_rejects "
+                f"({group_rows}) with data.layout rows: each sequence of a preference group takes a row")
+        from longrm_jax.models.config import REMAT_POLICIES
+
+        if self.model.remat not in (*REMAT_POLICIES, "auto"):
+            raise ConfigError(f"model.remat must be one of {', '.join((*REMAT_POLICIES, 'auto'))}; "
+                              f"got {self.model.remat!r}")
         if self.model.head not in ("auto", "causal_lm", "classifier"):
             raise ConfigError(f"model.head must be auto, causal_lm or classifier; got {self.model.head!r}")
         if self.stage == "bt" and self.model.head == "causal_lm":
@@ -170,6 +189,13 @@ class TrainConfig:
         if self.distributed.mode not in ("auto", "on", "off"):
             raise ConfigError(f"distributed.mode must be auto, on or off; got {self.distributed.mode!r}")
         return self
+
+    @property
+    def pipeline_rows_per_step(self) -> int:
+        """Rows the data pipeline yields per optimizer step: packed rows, or (rows layout) preference groups,
+        each of which the trainer spreads over 1 + num_rejects model rows."""
+        per_group = 1 + self.data.num_rejects if self.data.layout == "rows" and self.stage != "sft" else 1
+        return self.data.batch_rows // per_group * self.grad_accum
 
     @property
     def head(self) -> str:

@@ -88,7 +88,8 @@ def train_records(cfg: TrainConfig):
 
 def train_batches(cfg: TrainConfig, tokenizer: ChatTokenizer) -> list[dict]:
     """Every global training batch of one epoch, packed in memory (tests and small data)."""
-    return packed_batches(cfg, tokenizer, train_records(cfg), sft=cfg.stage == "sft", batch_rows=cfg.data.batch_rows)
+    return packed_batches(cfg, tokenizer, train_records(cfg), sft=cfg.stage == "sft",
+                          batch_rows=cfg.pipeline_rows_per_step)
 
 
 def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, num_epochs: int | None = None):
@@ -103,7 +104,7 @@ def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, 
         records, tokenizer, stage=cfg.stage, num_rejects=max(d.num_rejects, 1), max_length=row,
         # One bucket: exactly the row length; several: the pipeline's (slot lengths multiples of bucket_multiple).
         buckets=None if d.num_buckets > 1 else (row,), num_buckets=d.num_buckets, bucket_multiple=d.bucket_multiple,
-        batch_size=d.batch_rows, seed=cfg.seed, shuffle=d.shuffle, num_epochs=num_epochs,
+        batch_size=cfg.pipeline_rows_per_step, seed=cfg.seed, shuffle=d.shuffle, num_epochs=num_epochs,
         window_groups=d.window_groups, num_threads=max(1, d.worker_count), slotted=k > 1,
         sample_max_length=d.seq_len if k > 1 else None,
     )
@@ -129,4 +130,6 @@ def eval_batches(cfg: TrainConfig, tokenizer: ChatTokenizer) -> list[dict]:
         if not os.path.exists(cfg.data.eval_source):
             raise FileNotFoundError(f"data.eval_source: {cfg.data.eval_source} does not exist")
         records = _file_records(cfg, cfg.data.eval_source, False)
-    return packed_batches(cfg, tokenizer, records, sft=False, batch_rows=cfg.data.batch_rows)
+    # One micro step's rows at a time (the eval step runs no accumulation).
+    return packed_batches(cfg, tokenizer, records, sft=False,
+                          batch_rows=max(cfg.pipeline_rows_per_step // cfg.grad_accum, 1))

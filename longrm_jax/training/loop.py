@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -22,7 +23,8 @@ from longrm_jax.training.data_source import (count_batches, eval_batches, load_t
 from longrm_jax.training.data_source import slots as data_slots
 from longrm_jax.training.distributed import maybe_initialize
 from longrm_jax.training.metrics import MetricsWriter, peak_flops, step_flops
-from longrm_jax.training.model_setup import load_model
+from longrm_jax.training.memory_plan import plan_train_step
+from longrm_jax.training.model_setup import load_model, model_config
 from longrm_jax.training.state import create_state, lr_schedule, make_optimizer
 from longrm_jax.training.steps import StageSpec, jit_train_step, make_eval_step, make_train_step
 
@@ -121,6 +123,16 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
             from jax.experimental import multihost_utils
 
             multihost_utils.sync_global_devices("longrm_checkpoint_dir_cleared")
+    tx = make_optimizer(cfg, total_steps)
+    schedule = lr_schedule(cfg, total_steps)
+    state_key = jax.random.key(cfg.seed + 1)
+    # Compile the step before loading any weights: a step that cannot fit stops here, in seconds, with the
+    # predicted memory and what to change (training.memory_plan); remat "auto" is resolved here.
+    first_spec = StageSpec(cfg.stage, num_rejects, _groups_bound(cfg, 1), slotted)
+    plan = plan_train_step(cfg, model_config(cfg, tokenizer), tx, schedule, first_spec, mesh, state_key)
+    _log(plan.summary() + (f" (auto: tried {', '.join(plan.tried)})" if cfg.model.remat == "auto" else ""))
+    if cfg.model.remat != plan.remat:
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, remat=plan.remat))
     writer = MetricsWriter(cfg.output_dir, tensorboard=cfg.tensorboard, append=resume)
     if jax.process_index() == 0:
         from longrm_jax.training.config import to_yaml
@@ -132,9 +144,7 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
     # Built outside the mesh context: abstract NNX models would try to read their logical axis names as mesh
     # axes under it. Every array is placed with an explicit NamedSharding instead.
     mcfg, codec, values = load_model(cfg, mesh, tokenizer)
-    tx = make_optimizer(cfg, total_steps)
-    schedule = lr_schedule(cfg, total_steps)
-    state, state_sh = create_state(cfg, codec, values, tx, mesh, jax.random.key(cfg.seed + 1))
+    state, state_sh = create_state(cfg, codec, values, tx, mesh, state_key)
     del values
     with jax.set_mesh(mesh):
         ckpt = Checkpointer(ckpt_dir, keep=cfg.checkpoint.keep, async_save=cfg.checkpoint.async_save)
@@ -147,7 +157,7 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
         elif resume:
             _log(f"--resume: no checkpoint in {ckpt_dir}; starting from scratch")
 
-        step_fns: dict[int, object] = {}
+        step_fns: dict[int, object] = {first_spec.max_groups: plan.step}
 
         def step_for(groups: int):
             """The jitted step compiled for ``groups`` groups per row (a static shape of the reductions)."""

@@ -56,8 +56,10 @@ def preset_config(cfg: TrainConfig, tokenizer=None) -> ModelConfig:
 
 
 def with_training_numerics(mcfg: ModelConfig, cfg: TrainConfig) -> ModelConfig:
+    # remat "auto" is resolved by training.memory_plan before the model is built; "full" stands in until then.
+    remat = "full" if cfg.model.remat == "auto" else cfg.model.remat
     return mcfg.replace(head=cfg.head, dtype=cfg.model.compute_dtype, param_dtype=cfg.model.param_dtype,
-                        remat=cfg.model.remat)
+                        remat=remat)
 
 
 def init_random(mcfg: ModelConfig, mesh, seed: int, rules=None) -> tuple[ParamCodec, dict]:
@@ -71,6 +73,25 @@ def init_random(mcfg: ModelConfig, mesh, seed: int, rules=None) -> tuple[ParamCo
 
 def codec_for(mcfg: ModelConfig) -> ParamCodec:
     return ParamCodec(nnx.eval_shape(lambda: build_model(mcfg, rngs=nnx.Rngs(0))))
+
+
+def model_config(cfg: TrainConfig, tokenizer=None) -> ModelConfig:
+    """The ModelConfig ``load_model`` will build, read without loading any weights (config.json of an HF
+    checkpoint, the metadata of a training checkpoint, or the preset)."""
+    init = cfg.model.init
+    if init is None:
+        return with_training_numerics(preset_config(cfg, tokenizer), cfg)
+    if not os.path.isdir(init):
+        raise FileNotFoundError(f"model.init: {init} is not a directory (HF checkpoint or training checkpoint)")
+    if os.path.exists(os.path.join(init, "config.json")):
+        from longrm_jax.hf.load import read_hf_config
+        from longrm_jax.models.config import from_hf_config
+
+        mcfg = with_training_numerics(from_hf_config(read_hf_config(init), head=cfg.head), cfg)
+        return mcfg.replace(**cfg.model.overrides) if cfg.model.overrides else mcfg
+    from longrm_jax.training.checkpoint import trained_model_config
+
+    return with_training_numerics(trained_model_config(init), cfg)
 
 
 def load_model(cfg: TrainConfig, mesh, tokenizer=None) -> tuple[ModelConfig, ParamCodec, dict]:

@@ -111,3 +111,18 @@ def create_state(cfg: TrainConfig, codec: ParamCodec, values: dict, tx, mesh, ke
                    out_shardings=TrainState(sh.step, sh.params, {}, sh.opt_state))
     state = init(trainable).replace(frozen=frozen)
     return state, sh
+
+
+def abstract_state(cfg: TrainConfig, codec: ParamCodec, tx, mesh, key) -> tuple[TrainState, TrainState]:
+    """What ``create_state`` would place, as ``jax.ShapeDtypeStruct`` leaves with their shardings (nothing is
+    allocated): for compiling the step before any weights are loaded."""
+    dtype = jnp.dtype(cfg.model.param_dtype)
+
+    def build(values):
+        trainable, frozen = split_trainable(cfg, codec, values, key)
+        trainable, frozen = cast(trainable, dtype), cast(frozen, dtype)
+        return TrainState(jnp.zeros((), jnp.int32), trainable, frozen, tx.init(trainable))
+
+    shapes = jax.eval_shape(build, codec.shapes())
+    sh = shardings(state_specs(cfg, codec, tx, shapes.params, shapes.frozen, mesh), mesh)
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, sh), sh

@@ -181,18 +181,43 @@ def make_train_step(cfg: TrainConfig, codec: ParamCodec, tx, spec: StageSpec, sc
     return TrainStep(gradients, update)
 
 
-def jit_train_step(step: TrainStep, state_shardings, batch_shardings) -> Callable:
+@dataclass
+class JittedTrainStep:
     """``step(state, batch) -> (state, metrics)``: the gradient program, then the update program (the state
-    donated to it; the gradients have no output to alias)."""
+    donated to it; the gradients have no output to alias).
+
+    ``compile(state, batch)`` compiles both ahead of time for abstract inputs (``jax.ShapeDtypeStruct`` with
+    shardings) and returns the compiled step: its ``programs`` are the two executables (``training.memory_plan``
+    reads their memory analysis); a batch of another shape (a shorter bucket) runs through the jitted ones."""
+
+    gradients: Callable
+    update: Callable
+    programs: tuple = ()
+    batch_shape: tuple | None = None
+    jitted: "JittedTrainStep | None" = None
+
+    def __call__(self, state: TrainState, batch: dict):
+        if self.jitted is not None and batch["input_ids"].shape != self.batch_shape:
+            return self.jitted(state, batch)
+        return self.update(state, *self.gradients(state, batch))
+
+    def compile(self, state, batch) -> "JittedTrainStep":
+        grads_abs, aux_abs = jax.eval_shape(self.gradients, state, batch)
+        grads_abs = jax.tree.map(lambda g, p: jax.ShapeDtypeStruct(g.shape, g.dtype, sharding=p.sharding),
+                                 grads_abs, state.params)
+        gradients = self.gradients.lower(state, batch).compile()
+        update = self.update.lower(state, grads_abs, aux_abs).compile()
+        return JittedTrainStep(gradients, update, (("gradients", gradients), ("update", update)),
+                               tuple(batch["input_ids"].shape), self)
+
+
+def jit_train_step(step: TrainStep, state_shardings, batch_shardings) -> JittedTrainStep:
+    """The step's two programs jitted with the run's shardings (see ``JittedTrainStep``)."""
     gradients = jax.jit(step.gradients, in_shardings=(state_shardings, batch_shardings),
                         out_shardings=(state_shardings.params, None))
     update = jax.jit(step.update, in_shardings=(state_shardings, state_shardings.params, None),
                      out_shardings=(state_shardings, None), donate_argnums=0)
-
-    def run(state: TrainState, batch: dict):
-        return update(state, *gradients(state, batch))
-
-    return run
+    return JittedTrainStep(gradients, update)
 
 
 def make_eval_step(cfg: TrainConfig, codec: ParamCodec, spec: StageSpec) -> Callable:

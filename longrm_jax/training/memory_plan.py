@@ -1,0 +1,163 @@
+"""Compile a run's train step before any weights are loaded, predict its device memory, and choose the remat
+policy (``model.remat: auto``).
+
+Why before the first step: loading an 8B checkpoint and compiling take minutes, and an out-of-memory error
+at the first step (or, worse, in the optimizer program after the first backward) wastes them. XLA's compiled
+programs say how much memory they need (``compiled.memory_analysis()``: per device, for SPMD programs), so the
+trainer compiles the two programs of a step (gradients, update; see ``training.steps``) against abstract
+inputs, with their real shardings, and compares their peak with what the device has.
+
+A program's peak = its arguments + its outputs not aliased to (donated) arguments + its temporaries. The step
+is two programs that run one after the other, so the run needs the larger of the two. Nothing else of size is
+live during training: batches are a few MB, the evaluation program runs on the same weights without the
+optimizer state.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+GiB = 2**30
+log = logging.getLogger(__name__)
+
+# model.remat: auto tries these, fastest first, and takes the first that fits.
+AUTO_REMAT_ORDER = ("none", "save_attention_out", "full")
+
+
+class MemoryPlanError(RuntimeError):
+    """The compiled train step needs more device memory than there is."""
+
+
+@dataclass(frozen=True)
+class ProgramMemory:
+    name: str
+    arguments: int
+    outputs: int
+    aliased: int
+    temp: int
+
+    @classmethod
+    def of(cls, name: str, compiled) -> ProgramMemory | None:
+        ma = compiled.memory_analysis()
+        if ma is None:
+            return None
+        return cls(name, int(ma.argument_size_in_bytes), int(ma.output_size_in_bytes),
+                   int(ma.alias_size_in_bytes), int(ma.temp_size_in_bytes))
+
+    @property
+    def peak(self) -> int:
+        return self.arguments + self.outputs - self.aliased + self.temp
+
+    def describe(self) -> str:
+        return (f"{self.name}: arguments {self.arguments / GiB:.1f} + outputs {(self.outputs - self.aliased) / GiB:.1f}"
+                f" + temporaries {self.temp / GiB:.1f} = {self.peak / GiB:.2f} GiB")
+
+
+def predicted_peak(programs: list[ProgramMemory]) -> int:
+    return max((p.peak for p in programs), default=0)
+
+
+def device_budget(devices, budget_gib: float | None = None) -> int | None:
+    """Bytes one device may use: ``budget_gib`` when given, else the smallest ``bytes_limit`` of the devices'
+    allocators (GPU/TPU; the GPU pool is ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of the card). None on backends that
+    report no limit (CPU): no check there unless a budget is configured."""
+    if budget_gib is not None:
+        return int(budget_gib * GiB)
+    limits = []
+    for d in devices:
+        stats = d.memory_stats() if hasattr(d, "memory_stats") else None
+        if not stats or not stats.get("bytes_limit"):
+            return None
+        limits.append(int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
+    return min(limits) if limits else None
+
+
+REDUCE_HINTS = (
+    "model.remat=full (or auto: the fastest policy that fits)",
+    "a shorter data.seq_len, or fewer data.batch_rows per micro step (grad_accum keeps the step's batch)",
+    "mesh.seq > 1 (sequence parallel: ring attention splits the activations over devices)",
+    "more devices on mesh.fsdp (weights, gradients and optimizer state are sharded over them)",
+    "lora.rank > 0 (LoRA: no gradients or optimizer state for the base weights)",
+    "model.param_dtype=bfloat16 (halves weights, gradients and optimizer state; fp32 masters are the default)",
+)
+
+
+def too_big_message(programs: list[ProgramMemory], budget: int, remat: str) -> str:
+    lines = [f"the train step does not fit the device: predicted {predicted_peak(programs) / GiB:.2f} GiB per "
+             f"device, available {budget / GiB:.2f} GiB (model.remat={remat}; compiled program analysis):"]
+    lines += [f"  {p.describe()}" for p in programs]
+    lines.append("reduce it with: " + "; ".join(REDUCE_HINTS))
+    return "\n".join(lines)
+
+
+def check_fits(programs: list[ProgramMemory], budget: int | None, remat: str) -> None:
+    if budget is not None and programs and predicted_peak(programs) > budget:
+        raise MemoryPlanError(too_big_message(programs, budget, remat))
+
+
+def choose(compile_for, candidates, budget: int | None):
+    """``compile_for(remat) -> (compiled, [ProgramMemory])`` for each candidate in order; the first that fits
+    (``budget`` None: the first). Raises ``MemoryPlanError`` naming the last (smallest) one when none fits."""
+    tried = []
+    for remat in candidates:
+        compiled, programs = compile_for(remat)
+        peak = predicted_peak(programs)
+        tried.append(f"{remat} {peak / GiB:.1f} GiB")
+        if budget is None or not programs or peak <= budget:
+            return remat, compiled, programs, tried
+    raise MemoryPlanError(too_big_message(programs, budget, "auto, tried " + ", ".join(tried)))
+
+
+def abstract_batch(cfg, mesh, slots: int | None) -> dict:
+    """The largest global batch the step can see (``data.seq_len`` rows), as ShapeDtypeStructs on ``mesh``."""
+    from longrm_jax.training import batches
+
+    rows, length = cfg.pipeline_rows_per_step, (slots or 1) * cfg.data.seq_len
+    host = {k: np.zeros((rows, length), np.int32) for k in ("input_ids", "positions", "segment_ids", "loss_mask")}
+    host["num_groups"] = np.zeros((rows,), np.int32)
+    prepared = batches.prepare(host, slots=slots)  # zigzag reordering keeps the shapes
+    sh = batches.batch_shardings(mesh, slotted=slots is not None)
+    return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sh[k]) for k, v in prepared.items()}
+
+
+@dataclass
+class StepPlan:
+    remat: str
+    codec: object
+    step: object  # the compiled JittedTrainStep
+    programs: list
+    tried: list
+
+    def summary(self) -> str:
+        mem = ", ".join(f"{p.name} {p.peak / GiB:.1f}" for p in self.programs)
+        return f"model.remat={self.remat}; predicted device memory (GiB): {mem or 'not reported'}"
+
+
+def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key) -> StepPlan:
+    """Compile the train step for abstract inputs (no weights loaded) and check that it fits the devices;
+    with ``model.remat: auto`` try ``AUTO_REMAT_ORDER`` and keep the first that fits."""
+    from longrm_jax.training.batches import batch_shardings
+    from longrm_jax.training.model_setup import codec_for
+    from longrm_jax.training.state import abstract_state
+    from longrm_jax.training.steps import jit_train_step, make_train_step
+
+    budget = device_budget(mesh.local_devices, cfg.memory_budget_gib) if cfg.memory_check else None
+    batch = abstract_batch(cfg, mesh, 1 + spec.num_rejects if spec.slotted else None)
+
+    def compile_for(remat):
+        codec = codec_for(mcfg.replace(remat=remat))
+        state, sh = abstract_state(cfg, codec, tx, mesh, key)
+        step = jit_train_step(make_train_step(cfg, codec, tx, spec, schedule), sh,
+                              batch_shardings(mesh, slotted=spec.slotted))
+        with jax.set_mesh(mesh):
+            compiled = step.compile(state, batch)
+        programs = [m for m in (ProgramMemory.of(n, c) for n, c in compiled.programs) if m is not None]
+        return (codec, compiled), programs
+
+    candidates = AUTO_REMAT_ORDER if cfg.model.remat == "auto" else (mcfg.remat,)
+    remat, (codec, compiled), programs, tried = choose(compile_for, candidates, budget)
+    return StepPlan(remat, codec, compiled, programs, tried)
