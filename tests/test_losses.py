@@ -84,3 +84,26 @@ def test_segment_mean_and_last_values():
     np.testing.assert_allclose(count, [[2, 2, 0]])
     last = jnp.array([[0, 0, 1, 0, 1, 0]])
     np.testing.assert_allclose(losses.segment_last_values(lp, last, seg, 2), [[-3.0, -6.0]])
+
+
+def test_token_logprobs_skips_unneeded_chunks_exactly():
+    """needed_bt: contiguous chunks without a needed token are skipped; needed tokens' log-probs and the
+    gradients of a loss over them equal the dense computation."""
+    k = jax.random.split(jax.random.key(0), 3)
+    b, t, d, v = 2, 64, 16, 50
+    h = jax.random.normal(k[0], (b, t, d))
+    w = jax.random.normal(k[1], (d, v))
+    y = jax.random.randint(k[2], (b, t), 0, v).at[:, -1].set(-1)
+    need = jnp.zeros((b, t), bool).at[0, 40:50].set(True).at[1, 3:5].set(True)
+
+    def loss(h, w, needed):
+        return (losses.token_logprobs(h, w, y, chunk_tokens=8, needed_bt=needed) * need).sum()
+
+    dense = jax.nn.log_softmax(h @ w)[jnp.arange(b)[:, None], jnp.arange(t)[None], jnp.clip(y, 0)]
+    np.testing.assert_allclose(loss(h, w, need), (dense * need).sum(), rtol=1e-6)
+    skipped = losses.token_logprobs(h, w, y, chunk_tokens=8, needed_bt=need)
+    assert float(jnp.abs(skipped[0, :40]).max()) == 0.0  # chunks 0-4 of row 0 hold no needed token
+    g_all = jax.grad(loss, argnums=(0, 1))(h, w, None)
+    g_skip = jax.grad(loss, argnums=(0, 1))(h, w, need)
+    for a, c in zip(g_all, g_skip):
+        np.testing.assert_allclose(c, a, rtol=1e-5, atol=1e-6)

@@ -201,7 +201,9 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
                         f"{'step ' + str(good) + ' in ' + ckpt_dir if good is not None else 'none'}")
                 tokens = metrics.pop("tokens")
                 metrics.pop("count")
-                flops = step_flops(mcfg, cfg.head, host["segment_ids"]) * jax.process_count()
+                # The LM head runs on the trained tokens only, unless tokens are sharded over seq (steps.py).
+                head_tokens = None if seq_shards > 1 else int((host["loss_mask"] > 0).sum())
+                flops = step_flops(mcfg, cfg.head, host["segment_ids"], head_tokens=head_tokens) * jax.process_count()
                 metrics["tokens_per_s"] = tokens / dt
                 metrics["mfu"] = flops / dt / peak if peak else None
                 result.last_metrics = metrics

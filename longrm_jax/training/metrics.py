@@ -24,19 +24,28 @@ def matmul_params(mcfg, head: str) -> int:
     d, f, n, k, h, L = (mcfg.hidden_size, mcfg.intermediate_size, mcfg.num_heads, mcfg.num_kv_heads,
                         mcfg.head_dim, mcfg.num_layers)
     per_layer = d * n * h * 2 + d * k * h * 2 + 3 * d * f
-    out_head = d * (mcfg.vocab_size if head == "causal_lm" else mcfg.num_labels)
-    return L * per_layer + out_head
+    return L * per_layer + output_head_params(mcfg, head)
 
 
-def step_flops(mcfg, head: str, segment_ids: np.ndarray, *, forward_only: bool = False) -> float:
-    """FLOPs of one train step (or a forward pass) over a host batch's ``segment_ids`` [B, T]."""
+def output_head_params(mcfg, head: str) -> int:
+    return mcfg.hidden_size * (mcfg.vocab_size if head == "causal_lm" else mcfg.num_labels)
+
+
+def step_flops(mcfg, head: str, segment_ids: np.ndarray, *, forward_only: bool = False,
+               head_tokens: int | None = None) -> float:
+    """FLOPs of one train step (or a forward pass) over a host batch's ``segment_ids`` [B, T]; the output
+    head counts on ``head_tokens`` tokens (default: every token), e.g. only the response tokens whose LM-head
+    log-probs the trainer computes."""
     seg = np.asarray(segment_ids)
     tokens = int((seg > 0).sum())
     sq = 0
-    for row in seg:
+    for row in seg.reshape(-1, seg.shape[-1]):
         counts = np.bincount(row[row > 0])
         sq += int((counts.astype(np.int64) ** 2).sum())
-    total = 6.0 * matmul_params(mcfg, head) * tokens + 6.0 * mcfg.num_layers * mcfg.num_heads * mcfg.head_dim * sq
+    body = matmul_params(mcfg, head) - output_head_params(mcfg, head)
+    head_tokens = tokens if head_tokens is None else head_tokens
+    total = (6.0 * body * tokens + 6.0 * output_head_params(mcfg, head) * head_tokens
+             + 6.0 * mcfg.num_layers * mcfg.num_heads * mcfg.head_dim * sq)
     return total / 3.0 if forward_only else total
 
 

@@ -78,10 +78,18 @@ def token_logprobs(model, batch: dict, cfg: TrainConfig, packed: bool = True) ->
     """[B, T] log-prob of each target token; ``packed=False``: one sequence per row, attention without segments."""
     seg = batch["segment_ids"] if packed else None
     hidden = model.hidden_states(batch["input_ids"], batch["positions"], seg)
+    # Only the trained (response) tokens' log-probs are read: the LM head skips chunks without one, unless the
+    # tokens are sharded over a sequence axis (then every chunk spans every shard; see losses.token_logprobs).
+    needed = None if lm_head_on_all_tokens() else batch["target_mask"] > 0
     # The head in the compute dtype (bf16 matmuls on accelerators); logits accumulate in fp32 chunk by chunk.
-    return losses.token_logprobs(
-        hidden, model.lm_head_weight().astype(hidden.dtype), batch["targets"], chunk_tokens=cfg.loss.chunk_tokens
-    )
+    return losses.token_logprobs(hidden, model.lm_head_weight().astype(hidden.dtype), batch["targets"],
+                                 chunk_tokens=cfg.loss.chunk_tokens, needed_bt=needed)
+
+
+def lm_head_on_all_tokens() -> bool:
+    """Whether the LM head runs on every token: under a mesh whose ``seq`` axis shards the tokens."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return not mesh.empty and dict(mesh.shape).get("seq", 1) > 1
 
 
 def loss_sums(model, batch: dict, cfg: TrainConfig, spec: StageSpec) -> tuple[jax.Array, dict]:
