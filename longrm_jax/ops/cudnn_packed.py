@@ -100,16 +100,40 @@ def segment_runs(segment_ids, max_runs_per_row):
 
 
 def packed_stats(lse, runs_info, max_runs_per_row):
-    """[B, H, T] LSE by row position -> cuDNN's ragged statistics [B * M, H, T] (see the module docstring)."""
+    """[B, H, T] LSE by row position -> cuDNN's ragged statistics [B * M, H, T] (see the module docstring).
+
+    Slab s (the s-th run over all rows, in row order) is the window ``lse[b_s, :, o_s : o_s + T]`` of its
+    row (zero past the row's end): one contiguous copy per slab. Entries past a run's length are never
+    read by cuDNN; they are zeroed so the tensor is a function of the runs alone.
+    """
+    b, h, t = lse.shape
+    m = int(max_runs_per_row)
+    used = runs_info["lengths"] >= 0  # [B, M]
+    # Slab order: the used runs of row 0, then of row 1, ... (JAX left-packs the offsets that way).
+    slab = (jnp.cumsum(used.reshape(-1)) - 1).reshape(b, m)
+    slot = jnp.where(used, slab, b * m)  # unused runs: dropped
+    row_of_slab = jnp.zeros((b * m,), jnp.int32).at[slot].set(
+        jnp.broadcast_to(jnp.arange(b, dtype=jnp.int32)[:, None], (b, m)), mode="drop")
+    start_of_slab = jnp.zeros((b * m,), jnp.int32).at[slot].set(runs_info["offsets"][:, :m], mode="drop")
+    len_of_slab = jnp.zeros((b * m,), jnp.int32).at[slot].set(runs_info["lengths"], mode="drop")
+    padded = jnp.pad(lse.astype(jnp.float32), ((0, 0), (0, 0), (0, t)))
+
+    def window(row, start, length):
+        w = jax.lax.dynamic_slice(padded[row], (0, start), (h, t))
+        return jnp.where(jnp.arange(t)[None, :] < length, w, 0.0)
+
+    return jax.vmap(window)(row_of_slab, start_of_slab, len_of_slab)
+
+
+def _scatter_stats(lse, runs_info, max_runs_per_row):
+    """Reference for ``packed_stats`` (tests): every token written to (its slab, its place in the run)."""
     b, h, t = lse.shape
     m = int(max_runs_per_row)
     run = runs_info["run_of_token"]
     first = jnp.cumsum(runs_info["runs"].clip(max=m)) - runs_info["runs"].clip(max=m)  # runs of earlier rows
     begin = jnp.take_along_axis(runs_info["offsets"][:, :m].clip(min=0), run.clip(max=m - 1), axis=1)
-    slab = first[:, None] + run  # [B, T]
+    slab = jnp.where(run < m, first[:, None] + run, b * m)  # runs past the bound: dropped
     local = jnp.arange(t, dtype=jnp.int32)[None, :] - begin
-    keep = run < m  # tokens of runs past the bound: dropped (the call falls back anyway)
-    slab = jnp.where(keep, slab, b * m)  # out of range: dropped by the scatter
     stats = jnp.zeros((b * m, h, t), jnp.float32)
     return stats.at[slab, :, local].set(lse.astype(jnp.float32).transpose(0, 2, 1), mode="drop")
 
@@ -165,14 +189,19 @@ def forward_packed(q, k, v, runs_info, *, causal=True, scale=None):
 def backward_packed(q, k, v, out, lse, dout, runs_info, max_runs_per_row, *, causal=True, scale=None,
                     stats=None):
     """cuDNN's ragged backward from the given ``out`` and ``lse`` [B, Hq, T] (or ragged ``stats``)."""
+    if stats is None:
+        stats = packed_stats(lse, runs_info, max_runs_per_row)
+    return ragged_backward(q, k, v, out.astype(q.dtype), stats, dout.astype(q.dtype), runs_info, causal=causal,
+                           scale=scale)
+
+
+def ragged_backward(q, k, v, out, stats, dout, runs_info, *, causal, scale):
+    """The cuDNN call itself: ragged statistics [B * M, H, T] in, (dq, dk, dv) out."""
     fa = cudnn_flash._FA
     unused = jnp.zeros(0, q.dtype)
     off, lens = runs_info["offsets"], runs_info["lengths"]
-    if stats is None:
-        stats = packed_stats(lse, runs_info, max_runs_per_row)
     grads = fa._dot_product_attention_bwd_p_wrapper.bind(
-        q, k, v, unused, lens, lens, off, off, unused, unused, stats, out.astype(q.dtype), dout.astype(q.dtype),
-        **_params(q, causal, scale))
+        q, k, v, unused, lens, lens, off, off, unused, unused, stats, out, dout, **_params(q, causal, scale))
     return grads[0], grads[1], grads[2]
 
 
