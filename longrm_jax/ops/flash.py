@@ -12,8 +12,9 @@ from the *global* out/lse.
   Residuals: tokamax returns ``(m, l)`` with ``lse = m + log l``; its VJP op accepts ``(m=lse, l=1)``.
 - ``HybridKernel`` (the ``pallas`` kernel on Hopper+ GPUs): tokamax's Mosaic forward (faster than cuDNN's)
   with cuDNN's flash backward (faster than tokamax's) fed tokamax's LSE, via ``ops.cudnn_flash`` (JAX's
-  private cuDNN primitives, feature-detected). With segment ids, or when cuDNN cannot run the shape, or
-  when the private API is missing (logged warning), its backward is tokamax's own VJP.
+  private cuDNN primitives, feature-detected); with segment ids cuDNN's ragged (packed) backward
+  (``ops.cudnn_packed``). When cuDNN cannot run the shape or the batch, or the private API is missing
+  (logged warning), its backward is tokamax's own VJP.
 - ``CudnnKernel``: cuDNN flash attention; no segment ids. Forward statistics in fp32 and a ring block
   backward from the global out/LSE through ``ops.cudnn_flash`` when available; otherwise
   ``jax.nn.dot_product_attention`` (bf16-rounded LSE) and no ring backward.
@@ -34,7 +35,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 from jax.custom_derivatives import SymbolicZero
 
-from longrm_jax.ops import cudnn_flash
+from longrm_jax.ops import cudnn_flash, cudnn_packed
 from longrm_jax.ops.attention import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME, AttentionNotSupportedError
 
 
@@ -253,6 +254,12 @@ class HybridKernel(TokamaxKernel):
             scale=None):
         if self.uses_cudnn_backward(q, k, q_segment_ids, causal):
             return cudnn_flash.flash_backward(q, k, v, out, lse, dout, causal=causal, scale=scale)
+        if cudnn_packed.supports(q, k, q_segment_ids, kv_segment_ids, causal=causal):
+            # Packed rows: cuDNN's ragged backward, tokamax's where a batch breaks its contract (lax.cond).
+            fallback = functools.partial(super().bwd, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
+                                         causal=causal, scale=scale)
+            return cudnn_packed.flash_backward_packed(q, k, v, out, lse, dout, q_segment_ids, causal=causal,
+                                                      scale=scale, fallback=fallback)
         return super().bwd(q, k, v, out, lse, dout, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
                            causal=causal, scale=scale)
 
