@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print(to_yaml(cfg))
         return 0
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if cfg.model.remat == "save_attention_out":
+    if cfg.model.remat in ("save_attention_out", "auto"):
         # Before the first device use: without it XLA re-runs the saved attention kernel on GPUs
         # (docs/perf_training.md). CPU runs ignore GPU flags.
         from longrm_jax.models.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags

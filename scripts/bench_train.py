@@ -3,11 +3,16 @@
     python scripts/bench_train.py                 # GPU: Qwen3-8B and Llama-3.1-8B shapes, random weights
     python scripts/bench_train.py --smoke         # tiny shapes on the CPU (checks the script runs)
 
-For each model shape, stage and pair length L (chosen and rejected of L tokens each; `--layout rows`, the
-default: one sequence per row, attention without segment ids; `packed`: one row of 2 L with segment ids) it
-times full fine-tuning steps with random weights initialised in place (sharded; no checkpoint on disk):
-- JAX: on each device count of `--devices` (default 1 and 2): n > 1 devices as fsdp x seq (the pair's rows
-  split over all n by zigzag ring attention, parameters and AdamW state sharded over all n), when visible;
+For each model shape, stage and pair length L (chosen and rejected of about L tokens each; `--layout rows`, the
+default: one sequence per row, attention without segment ids; `packed`: rows of `--row-tokens` (default 2 L)
+holding whole groups, with segment ids) it times training steps with random weights:
+- JAX: the product itself. Each configuration runs `python -m longrm_jax.train` with the shipped config of
+  its stage (configs/qwen3_8b_grm_simpo.yaml, configs/llama31_8b_disrm_bt.yaml, configs/qwen3_8b_grm_sft.yaml)
+  and only init / data / length / mesh overrides (plus `--set` ones given here): the real data pipeline over
+  synthetic long pairs (contexts of L - 64 tokens, so each sequence nearly fills its L-token slot), the
+  trainer's own step programs, and the tokens/s, MFU and peak memory it writes to metrics.jsonl (median over
+  the steps after `--warmup`). On each device count of `--devices`: n > 1 devices as fsdp x seq (ring
+  attention over all n), when visible. `--full-params` trains every weight where the config uses LoRA.
 - the PyTorch peer in the same run (each configuration in its own process): HF transformers, SDPA, gradient checkpointing, AdamW, bf16 weights, the pair
   as a batch of 2 sequences.
 It prints tokens/s, MFU (reference section 7: FLOPs = 6 N_matmul + 6 L H d S per token, 989 TFLOP/s peak per
@@ -15,7 +20,6 @@ H100/H200) and peak memory, as a table, and appends the table to docs/benchmarks
 --append is given). `--json` keeps every figure, `--plot` draws tokens/s and MFU against pair length, ours
 against the peer, and the last lines name the longest pair each device count trained (list longer lengths
 in `--lengths` to search: a length that does not fit shows as out of memory and stops that device count).
-`--profile DIR` writes a jax.profiler trace of one more step of each JAX configuration.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true", help="tiny shapes, CPU, 2 timed steps")
     p.add_argument("--models", default="qwen3_8b,llama31_8b", help="comma list of " + ", ".join(MODELS))
-    p.add_argument("--stages", default="simpo,bt", help="comma list of simpo, bt")
+    p.add_argument("--stages", default="simpo,bt", help="comma list of simpo, bt, sft")
     p.add_argument("--lengths", default="16384,32768", help="tokens per response sample L (row = 2 L)")
     p.add_argument("--devices", default="1,2",
                    help="JAX device counts to run (n > 1: fsdp x seq, the sequence ring over all n)")
@@ -50,15 +54,15 @@ def parse_args(argv=None):
                    "process runs its first steps after compiling up to 1.6x slower: H200, 2 x 8K tokens)")
     p.add_argument("--param-dtype", default="bfloat16", help="JAX master weights / AdamW state dtype "
                    "(bfloat16 matches the peer's memory; float32 for fp32 masters)")
-    p.add_argument("--remat", default="full", help="ModelConfig.remat policy (save_attention_out: also sets "
-                   "longrm_jax.models.xla_flags.GPU_TRAIN_XLA_FLAGS in the child)")
+    p.add_argument("--remat", default="auto", help="model.remat of the training CLI (auto: the fastest that fits)")
     p.add_argument("--layout", default="rows", choices=("rows", "packed"), help="data.layout of the JAX step")
     p.add_argument("--json", default=None, help="append one JSON object per configuration to this file")
     p.add_argument("--plot", default=None, help="PNG: tokens/s and MFU against pair length, ours vs the peer")
-    p.add_argument("--profile", default=None, help="directory for a jax.profiler trace of one extra step")
-    p.add_argument("--breakdown", action="store_true", help="also time the step's parts separately: loss forward, "
-                   "the gradient program (forward + backward), and the whole step again after them (JAX runs; "
-                   "needs memory for one more gradient)")
+    p.add_argument("--row-tokens", type=int, default=None, help="packed layout: tokens per row (default 2 L: one "
+                   "pair; e.g. 128000 holds several groups of L-token sequences)")
+    p.add_argument("--grad-accum", type=int, default=1, help="micro steps per optimizer step (grad_accum)")
+    p.add_argument("--full-params", action="store_true", help="lora.rank=0 where the stage's config uses LoRA")
+    p.add_argument("--set", action="append", default=[], help="extra `--set key=value` for the training CLI")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch peer")
     p.add_argument("--append", default=None, help="markdown file to append the table to "
                    "(default docs/benchmarks.md; with --smoke only if given)")
@@ -70,134 +74,87 @@ def parse_args(argv=None):
 
 
 def pair_batch(length: int, vocab: int, seed: int = 0) -> dict:
-    """One row: chosen then rejected sample of ``length`` tokens; the last 10% of each is response. Both are
-    exactly ``length`` long, so the packed row (segment ids 1, 2) is also the slotted row of the "rows" layout
-    (slot r = sample r) and, reshaped to [2, length], the peer's batch."""
+    """The peer's input: one chosen and one rejected sample of ``length`` random tokens (the last 10% of each
+    response)."""
     rng = np.random.default_rng(seed)
     t = 2 * length
     ids = rng.integers(10, vocab - 10, (1, t)).astype(np.int32)
-    seg = np.repeat(np.array([1, 2], np.int32), length)[None]
-    pos = np.tile(np.arange(length, dtype=np.int32), 2)[None]
     mask = np.zeros((1, t), np.int32)
     resp = max(1, length // 10)
     mask[0, length - resp:length] = 1
     mask[0, t - resp:] = 1
-    return {"input_ids": ids, "positions": pos, "segment_ids": seg, "loss_mask": mask,
-            "num_groups": np.ones((1,), np.int32)}
+    return {"input_ids": ids, "loss_mask": mask}
 
 
 # ------------------------------------------------------------------------------------------------ JAX
 
+STAGE_CONFIGS = {"simpo": "configs/qwen3_8b_grm_simpo.yaml", "bt": "configs/llama31_8b_disrm_bt.yaml",
+                 "sft": "configs/qwen3_8b_grm_sft.yaml"}
+CONTEXT_MARGIN = 64  # chat template + judgment tokens around a synthetic context (tiny tokenizer: 57-58)
+
+
+def train_command(model: str, stage: str, length: int, n_devices: int, args, out_dir: str) -> list[str]:
+    """The `python -m longrm_jax.train` command line of one configuration."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rows = args.layout == "rows" and stage != "sft"
+    row_tokens = length if rows else (args.row_tokens or (length if stage == "sft" else 2 * length))
+    per_row = max(1, row_tokens // length) if not rows else 1
+    sets = [
+        "model.init=null", f"model.preset={TINY[model] if args.smoke else model}", f"model.remat={args.remat}",
+        f"model.param_dtype={args.param_dtype}", f"model.compute_dtype={'float32' if args.smoke else 'bfloat16'}",
+        "data.source=synthetic", "data.eval_source=null", "data.tokenizer=null", f"data.layout={args.layout if stage != 'sft' else 'packed'}",
+        f"data.seq_len={row_tokens}", f"data.batch_rows={2 if rows else 1}", f"grad_accum={args.grad_accum}",
+        f"data.num_train={max(4, 2 * per_row) * (args.warmup + args.steps + 1) * args.grad_accum}",
+        f"data.synthetic={{lengths: [{max(length - CONTEXT_MARGIN, 8)}]}}",
+        f"steps={args.warmup + args.steps + 1}", "log_every=1", "eval_before=false", "eval_after=false",
+        "checkpoint.every=0", "checkpoint.at_end=false", "tensorboard=false", "progress=false",
+        "mesh.data=1", "mesh.fsdp=1", f"mesh.seq={n_devices}", "mesh.param_axes=[fsdp, seq]",
+        f"output_dir={out_dir}",
+    ]
+    if args.full_params:
+        sets.append("lora.rank=0")
+    sets += args.set
+    cmd = [sys.executable, "-m", "longrm_jax.train", "--config", os.path.join(root, STAGE_CONFIGS[stage])]
+    for item in sets:
+        cmd += ["--set", item]
+    return cmd
+
 
 def bench_jax(model: str, stage: str, length: int, n_devices: int, args) -> dict:
-    import jax
+    """One configuration through the training CLI; figures from its metrics.jsonl and memory_plan.json."""
+    import tempfile
 
-    from longrm_jax.parallel.mesh import make_mesh
-    from longrm_jax.training import batches as batch_lib
-    from longrm_jax.training.config import load_config
-    from longrm_jax.training.metrics import peak_flops, step_flops
-    from longrm_jax.training.model_setup import init_random, preset_config, with_training_numerics
-    from longrm_jax.training.state import create_state, lr_schedule, make_optimizer, param_rules
-    from longrm_jax.training.steps import StageSpec, jit_train_step, make_train_step
-
-    if len(jax.devices()) < n_devices:
-        return {"skipped": f"{n_devices} devices needed, {len(jax.devices())} visible"}
-    seq = n_devices  # one sequence over every device (ring attention); parameters sharded over fsdp x seq
-    preset = TINY[model] if args.smoke else model
-    overrides = ["model.overrides.vocab_size=1000"] if args.smoke else []
-    cfg = load_config(None, [
-        f"stage={stage}", f"model.preset={preset}", f"model.head={'classifier' if stage == 'bt' else 'causal_lm'}",
-        f"model.compute_dtype={'float32' if args.smoke else 'bfloat16'}", f"model.param_dtype={args.param_dtype}",
-        f"model.remat={args.remat}", f"data.layout={args.layout}",
-        f"data.seq_len={(1 if args.layout == 'rows' else 2) * length}", "data.batch_rows=1", "mesh.data=1",
-        "mesh.fsdp=1", f"mesh.seq={seq}", "mesh.param_axes=[fsdp, seq]", "loss.chunk_tokens=4096",
-    ] + overrides)
-    mesh = make_mesh(1, 1, seq, 1, devices=jax.devices()[:n_devices])
-    mcfg = with_training_numerics(preset_config(cfg), cfg)
-    codec, values = init_random(mcfg, mesh, 0, param_rules(cfg))
-    tx = make_optimizer(cfg, 1000)
-    state, sh = create_state(cfg, codec, values, tx, mesh, jax.random.key(1))
-    del values
-    slots = 2 if args.layout == "rows" else None
-    spec = StageSpec(stage, 1, 1, slotted=slots is not None)
-    step = jit_train_step(make_train_step(cfg, codec, tx, spec, lr_schedule(cfg, 1000)), sh,
-                          batch_lib.batch_shardings(mesh, slotted=slots is not None))
-    host = pair_batch(length, mcfg.vocab_size)
-    with jax.set_mesh(mesh):
-        batch = batch_lib.to_global(batch_lib.prepare(host, seq_shards=seq, slots=slots), mesh)
+    with tempfile.TemporaryDirectory(prefix="bench_train_") as out_dir:
+        cmd = train_command(model, stage, length, n_devices, args, out_dir)
+        env = dict(os.environ)
+        # A training process owns its GPU: let XLA's pool take 95% of it (JAX's default is 75%), as the peer may.
+        env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
         t0 = time.perf_counter()
-        state, m = step(state, batch)
-        jax.block_until_ready(m)
-        compile_s = time.perf_counter() - t0
-        for _ in range(args.warmup):
-            state, m = step(state, batch)
-        jax.block_until_ready(m)
-        times = []
-        for _ in range(args.steps):  # each step timed alone: the spread shows whether it settled
-            t0 = time.perf_counter()
-            state, m = step(state, batch)
-            jax.block_until_ready(m)
-            times.append(time.perf_counter() - t0)
-        loss = float(jax.device_get(m)["loss"])
-        dt = float(np.median(times))
-        if args.profile:
-            with jax.profiler.trace(os.path.join(args.profile, f"{model}_{stage}_{length}_{n_devices}dev")):
-                state, m = step(state, batch)
-                jax.block_until_ready(m)
-        mem = [d.memory_stats() or {} for d in mesh.devices.flat]  # the step's peak, before the parts below
-        # Last: its split-step timing consumes the state.
-        parts = (_time_parts(cfg, codec, tx, spec, state, batch, args.steps, sh,
-                             batch_lib.batch_shardings(mesh, slotted=slots is not None), step)
-                 if args.breakdown else {})
-    flops = step_flops(mcfg, cfg.head, host["segment_ids"])
-    peak = peak_flops(list(mesh.devices.flat))
-    peak_mem = max((s.get("peak_bytes_in_use", 0) for s in mem), default=0)
-    del state
-    gc.collect()
-    return {"tokens_per_s": 2 * length / dt, "step_s": dt, "mfu": flops / dt / peak if peak else None,
-            "peak_gib": peak_mem / 2**30 if peak_mem else None, "loss": loss, "compile_s": compile_s,
-            "step_times": times,
-            "device": jax.devices()[0].device_kind, **parts}
-
-
-def _time_parts(cfg, codec, tx, spec, state, batch, steps: int, state_sh, batch_sh, step) -> dict:
-    """Seconds of the step's parts, each jitted alone: where a slow step loses its time. Consumes ``state``."""
-    import jax
-    import optax
-
-    from longrm_jax.training.state import effective_params
-    from longrm_jax.training.steps import batch_count, loss_sums, make_train_step
-
-    def loss(params, batch):
-        model = codec.model(effective_params(cfg, params, state.frozen))
-        return loss_sums(model, batch, cfg, spec)[0] / batch_count(batch, spec)
-
-    def timed(fn, *a):
-        jax.block_until_ready(fn(*a))
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            out = fn(*a)
-        jax.block_until_ready(out)
-        return (time.perf_counter() - t0) / steps, out
-
-    out = {}
-    out["part_forward_s"], _ = timed(jax.jit(loss), state.params, batch)
-    # The trainer's own gradient program, jitted as jit_train_step does.
-    gradients = jax.jit(make_train_step(cfg, codec, tx, spec, lambda _: 0.0).gradients,
-                        in_shardings=(state_sh, batch_sh), out_shardings=(state_sh.params, None))
-    out["part_grad_s"], (grads, _) = timed(gradients, state, batch)
-    out["part_norm_s"], _ = timed(jax.jit(optax.global_norm), grads)
-    del grads
-    # The whole step again, gradient then donated update, now that the process has run a while.
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        state, m = step(state, batch)
-    jax.block_until_ready(m)
-    out["part_split_step_s"] = (time.perf_counter() - t0) / steps
-    return out
-
-
-# ------------------------------------------------------------------------------------------------ PyTorch
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        wall = time.perf_counter() - t0
+        metrics = []
+        path = os.path.join(out_dir, "metrics.jsonl")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                metrics = [json.loads(line) for line in f if line.strip()]
+        plan = {}
+        if os.path.exists(os.path.join(out_dir, "memory_plan.json")):
+            with open(os.path.join(out_dir, "memory_plan.json"), encoding="utf-8") as f:
+                plan = json.load(f)
+    steps = [m for m in metrics if m.get("split") == "train"][1 + args.warmup:]
+    if proc.returncode != 0 or not steps:
+        err = (proc.stderr or proc.stdout).strip().splitlines()
+        print(f"$ {' '.join(cmd)}\n" + "\n".join(err[-30:]), file=sys.stderr)
+        reason = next((l for l in reversed(err) if "Error" in l or "error" in l), err[-1] if err else "no output")
+        return {"skipped": reason[:120], "command": " ".join(cmd)}
+    med = lambda key: float(np.median([m[key] for m in steps])) if steps[0].get(key) is not None else None
+    tokens_per_s = med("tokens_per_s")
+    return {"tokens_per_s": tokens_per_s, "mfu": med("mfu"), "peak_gib": max(m["peak_gib"] or 0 for m in steps) or None,
+            "predicted_gib": plan.get("predicted_peak_gib"), "remat_used": plan.get("remat"),
+            "step_s": med("step_s"), "step_times": [m["step_s"] for m in steps], "loss": steps[-1]["loss"],
+            "device": plan.get("device"),
+            "wall_s": wall, "command": " ".join(cmd)}
 
 
 def bench_torch(model: str, stage: str, length: int, args) -> dict:
@@ -267,7 +224,8 @@ def bench_torch(model: str, stage: str, length: int, args) -> dict:
     if device == "cuda":
         torch.cuda.empty_cache()
     return {"tokens_per_s": 2 * length / dt, "step_s": dt, "mfu": flops / dt / peak if peak else None,
-            "peak_gib": peak_mem, "loss": loss, "step_times": times}
+            "peak_gib": peak_mem, "loss": loss, "step_times": times,
+            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -277,27 +235,18 @@ def _fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
 
-def run_one(spec: str, args) -> dict:
-    """Child process: one configuration ``model,stage,length,devices`` (devices 0 = the PyTorch peer)."""
-    model, stage, length, n = spec.split(",")
-    # A training process owns its GPU: let XLA's pool take 95% of it (JAX's default is 75%), as the peer may.
-    os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
-    if int(n) > 0 and args.remat == "save_attention_out" and not args.smoke:
-        from longrm_jax.models.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
-
-        add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)  # before the first device use (docs/perf_training.md)
+def run_peer(spec: str, args) -> dict:
+    """Child process: the PyTorch peer of one configuration ``model,stage,length``."""
+    model, stage, length = spec.split(",")
     try:
-        if int(n) == 0:
-            return bench_torch(model, stage, int(length), args)
-        return bench_jax(model, stage, int(length), int(n), args)
+        return bench_torch(model, stage, int(length), args)
     except Exception as e:  # noqa: BLE001 - an OOM in one config must not stop the table
         traceback.print_exc()
         return {"skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"}
 
 
-def _run_child(passthrough: list[str], spec: str) -> dict:
-    # A fresh process per configuration: JAX preallocates GPU memory and peak-memory counters never reset,
-    # so neither the peer nor the next size may share a process with a run.
+def _run_peer_child(passthrough: list[str], spec: str) -> dict:
+    # A fresh process per configuration: peak-memory counters never reset and the GPU must be free for the next.
     cmd = [sys.executable, os.path.abspath(__file__), *passthrough, "--one", spec]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
@@ -305,13 +254,6 @@ def _run_child(passthrough: list[str], spec: str) -> dict:
         return json.loads(lines[-1][len("RESULT "):])
     sys.stderr.write(proc.stderr[-4000:])
     return {"skipped": f"child exited {proc.returncode} (killed / out of memory?)"}
-
-
-def _parts_note(r: dict) -> str:
-    if "part_grad_s" not in r:
-        return ""
-    return (f"forward {r['part_forward_s']:.3f} s, gradient program {r['part_grad_s']:.3f} s, "
-            f"grad norm {r['part_norm_s']:.3f} s, whole step later in the process {r['part_split_step_s']:.3f} s")
 
 
 def longest_pairs(results: list[dict]) -> list[str]:
@@ -364,9 +306,9 @@ def main(argv=None) -> int:
             os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                        f" --xla_force_host_platform_device_count={count}")
     if args.one:
-        print("RESULT " + json.dumps(run_one(args.one, args)), flush=True)
+        print("RESULT " + json.dumps(run_peer(args.one, args)), flush=True)
         return 0
-    lengths = [64] if args.smoke else [int(x) for x in args.lengths.split(",")]
+    lengths = [128] if args.smoke else [int(x) for x in args.lengths.split(",")]
     passthrough = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--one")]
     rows = []
     for model in args.models.split(","):
@@ -381,7 +323,8 @@ def main(argv=None) -> int:
                     if n in failed:
                         res = {"skipped": "a shorter pair already failed"}
                     else:
-                        res = _run_child(passthrough, f"{model},{stage},{length},{n}")
+                        res = (bench_jax(model, stage, length, n, args) if n > 0
+                               else _run_peer_child(passthrough, f"{model},{stage},{length}"))
                         if "skipped" in res and "devices needed" not in res["skipped"]:
                             failed.add(n)
                     res |= {"model": MODELS[model], "stage": stage, "length": length, "run": name,
@@ -392,24 +335,27 @@ def main(argv=None) -> int:
                     if args.json:
                         with open(args.json, "a", encoding="utf-8") as f:
                             f.write(json.dumps(res) + "\n")
-    header = "| model | stage | pair | run | tokens/s | step s | MFU | peak GiB | note |\n|---|---|---|---|---|---|---|---|---|"
+    header = ("| model | stage | pair | run | tokens/s | step s | MFU | peak GiB | predicted GiB | remat / note |\n"
+              "|---|---|---|---|---|---|---|---|---|---|")
     lines = [header]
     for model, stage, pair, name, r in rows:
         lines.append(f"| {model}{' (tiny)' if args.smoke else ''} | {stage} | {pair} | {name} | "
                      f"{_fmt(r.get('tokens_per_s'), '.0f')} | {_fmt(r.get('step_s'), '.3f')} | "
                      f"{_fmt(None if r.get('mfu') is None else 100 * r['mfu'], '.1f')} | "
-                     f"{_fmt(r.get('peak_gib'), '.1f')} | {r.get('skipped', '') or _parts_note(r)} |")
+                     f"{_fmt(r.get('peak_gib'), '.1f')} | {_fmt(r.get('predicted_gib'), '.1f')} | "
+                     f"{r.get('skipped', '') or r.get('remat_used') or ''} |")
     table = "\n".join(lines + [""] + longest_pairs([r for *_, r in rows]))
     print(table)
     if args.plot:
         plot_scaling([r for *_, r in rows], args.plot)
     target = args.append or (None if args.smoke else "docs/benchmarks.md")
     if target:
-        dev = next((r["device"] for *_, r in rows if "device" in r), "unknown device")
+        dev = next((r["device"] for *_, r in rows if r.get("device")), "unknown device")
         with open(target, "a", encoding="utf-8") as f:
             f.write(f"\n### Training steps ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
-                    f"{dev}, scripts/bench_train.py, param dtype {args.param_dtype}, remat {args.remat}, "
-                    f"layout {args.layout})\n\n"
+                    f"{dev}, layout {args.layout}, param dtype {args.param_dtype}, remat {args.remat})\n\n"
+                    f"`python scripts/bench_train.py {' '.join(passthrough)}`: JAX rows are "
+                    f"`python -m longrm_jax.train` runs (metrics.jsonl medians); commands in --json.\n\n"
                     f"{table}\n")
     return 0
 

@@ -175,3 +175,12 @@ def test_slotted_rows_cut_samples_to_the_slot():
         pack_batches([group], (128,), 1, 2, PAD, EOS, "error", slotted=True)
     with pytest.raises(ValueError, match="multiples of 3"):
         pack_batches([group], (128,), 1, 3, PAD, EOS, slotted=True)
+
+
+def test_linear_buckets_bound_the_padding():
+    from longrm_jax.data.packing import make_buckets
+
+    assert make_buckets(32768, 16, 128, "linear") == tuple(2048 * k for k in range(1, 17))
+    assert make_buckets(32768, 3, 128, "halving") == (8192, 16384, 32768)
+    with pytest.raises(ValueError, match="halving or linear"):
+        make_buckets(1024, 2, 128, "cubic")

@@ -31,13 +31,18 @@ from longrm_jax.data.tokenize import (TokenizedGroup, TruncationConfig, Truncati
 BATCH_KEYS = ("input_ids", "positions", "segment_ids", "loss_mask")
 
 
-def make_buckets(max_length: int, num_buckets: int = 4, multiple: int = 128) -> tuple[int, ...]:
-    """Row lengths `max_length / 2^k` (k < num_buckets), rounded up to `multiple`, ascending, deduplicated."""
+def make_buckets(max_length: int, num_buckets: int = 4, multiple: int = 128, scheme: str = "halving") -> tuple[int, ...]:
+    """Row lengths, rounded up to `multiple`, ascending, deduplicated: `max_length / 2^k` (k < num_buckets,
+    scheme "halving": few compiles, coarse at the top) or `max_length * (k + 1) / num_buckets` (scheme
+    "linear": at most max_length / num_buckets padding per row, e.g. for long sequences of similar length)."""
     if max_length <= 0 or num_buckets <= 0 or multiple <= 0:
         raise ValueError("max_length, num_buckets and multiple must be positive")
+    if scheme not in ("halving", "linear"):
+        raise ValueError(f"bucket scheme must be halving or linear; got {scheme!r}")
     out = set()
     for k in range(num_buckets):
-        length = -(-(max_length >> k) // multiple) * multiple
+        raw = max_length >> k if scheme == "halving" else max_length * (k + 1) // num_buckets
+        length = -(-raw // multiple) * multiple
         out.add(min(max(length, multiple), -(-max_length // multiple) * multiple))
     return tuple(sorted(out))
 

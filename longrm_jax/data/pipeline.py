@@ -73,6 +73,7 @@ class PipelineConfig:
     buckets: tuple[int, ...] | None = None  # default make_buckets(max_length, num_buckets, bucket_multiple)
     num_buckets: int = 4
     bucket_multiple: int = 128
+    bucket_scheme: str = "halving"  # packing.make_buckets
     window_groups: int = 256  # groups packed together (bigger: fuller rows, more memory)
     truncation: str = "right"  # "right" or "error" for sequences longer than sample_max_length / rows
     sample_max_length: int | None = None  # per-sequence cap before packing (default: the longest row / slot)
@@ -111,7 +112,7 @@ class PipelineConfig:
             return tuple(sorted(self.buckets))
         # Slotted rows: every slot (row / group_size) a multiple of bucket_multiple.
         multiple = self.bucket_multiple * (self.group_size if self.slotted else 1)
-        return make_buckets(self.max_length, self.num_buckets, multiple)
+        return make_buckets(self.max_length, self.num_buckets, multiple, self.bucket_scheme)
 
     @property
     def rows_per_process(self) -> int:

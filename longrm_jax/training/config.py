@@ -56,8 +56,10 @@ class DataSection:
     num_eval: int = 128  # synthetic: held-out pairs
     synthetic: dict = field(default_factory=dict)  # extra synthetic-generator options
     shuffle: bool = True
-    num_buckets: int = 1  # row lengths seq_len / 2^k (k < num_buckets): fewer padding tokens, more compiles
+    num_buckets: int = 1  # row lengths below seq_len (bucket_scheme): fewer padding tokens, more compiles
     bucket_multiple: int = 128  # bucket lengths round up to this (keep it a multiple of 2 x mesh.seq)
+    # "halving": seq_len / 2^k; "linear": seq_len * (k + 1) / num_buckets (padding per row < seq_len / num_buckets)
+    bucket_scheme: str = "halving"
     window_groups: int = 256  # groups packed together by the pipeline (fuller rows vs memory)
     worker_count: int = 2  # pipeline threads tokenizing / packing windows ahead
 
@@ -110,6 +112,7 @@ class MeshSection:
 class CheckpointSection:
     dir: str | None = None  # None: <output_dir>/checkpoints
     every: int = 0  # save every N steps (0: only at the end)
+    at_end: bool = True  # save the final step (benchmarks turn it off)
     keep: int = 3
     async_save: bool = True
     # A fresh (not --resume) run into a directory that already holds checkpoints: replace them (true) or stop
@@ -176,6 +179,8 @@ class TrainConfig:
             raise ConfigError("stage bt needs a score head (model.head: classifier or auto)")
         if self.stage != "bt" and self.model.head == "classifier":
             raise ConfigError(f"stage {self.stage} needs an LM head (model.head: causal_lm or auto)")
+        if self.data.bucket_scheme not in ("halving", "linear"):
+            raise ConfigError(f"data.bucket_scheme must be halving or linear; got {self.data.bucket_scheme!r}")
         if self.data.layout not in ("packed", "rows"):
             raise ConfigError(f"data.layout must be packed or rows; got {self.data.layout!r}")
         if self.data.layout == "rows" and self.stage == "sft":

@@ -104,6 +104,7 @@ def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, 
         records, tokenizer, stage=cfg.stage, num_rejects=max(d.num_rejects, 1), max_length=row,
         # One bucket: exactly the row length; several: the pipeline's (slot lengths multiples of bucket_multiple).
         buckets=None if d.num_buckets > 1 else (row,), num_buckets=d.num_buckets, bucket_multiple=d.bucket_multiple,
+        bucket_scheme=d.bucket_scheme,
         batch_size=cfg.pipeline_rows_per_step, seed=cfg.seed, shuffle=d.shuffle, num_epochs=num_epochs,
         window_groups=d.window_groups, num_threads=max(1, d.worker_count), slotted=k > 1,
         sample_max_length=d.seq_len if k > 1 else None,

@@ -23,7 +23,7 @@ from longrm_jax.training.data_source import (count_batches, eval_batches, load_t
 from longrm_jax.training.data_source import slots as data_slots
 from longrm_jax.training.distributed import maybe_initialize
 from longrm_jax.training.metrics import MetricsWriter, peak_flops, step_flops
-from longrm_jax.training.memory_plan import plan_train_step
+from longrm_jax.training.memory_plan import peak_device_gib, plan_train_step
 from longrm_jax.training.model_setup import load_model, model_config
 from longrm_jax.training.state import create_state, lr_schedule, make_optimizer
 from longrm_jax.training.steps import StageSpec, jit_train_step, make_eval_step, make_train_step
@@ -140,6 +140,7 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
         os.makedirs(cfg.output_dir, exist_ok=True)
         with open(os.path.join(cfg.output_dir, "config.yaml"), "w") as f:
             f.write(to_yaml(cfg))
+        plan.write(os.path.join(cfg.output_dir, "memory_plan.json"))
 
     # Built outside the mesh context: abstract NNX models would try to read their logical axis names as mesh
     # axes under it. Every array is placed with an explicit NamedSharding instead.
@@ -205,7 +206,9 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
                 head_tokens = None if seq_shards > 1 else int((host["loss_mask"] > 0).sum())
                 flops = step_flops(mcfg, cfg.head, host["segment_ids"], head_tokens=head_tokens) * jax.process_count()
                 metrics["tokens_per_s"] = tokens / dt
+                metrics["step_s"] = dt
                 metrics["mfu"] = flops / dt / peak if peak else None
+                metrics["peak_gib"] = peak_device_gib(mesh)
                 result.last_metrics = metrics
                 if step % cfg.log_every == 0 or step == total_steps:
                     writer.write(step, metrics)
@@ -218,7 +221,7 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
                     last_saved = step
                     if _test_hook("KILL_DURING_SAVE", step):
                         os.kill(os.getpid(), signal.SIGKILL)
-            if last_saved != step:
+            if last_saved != step and cfg.checkpoint.at_end:
                 ckpt.save(step, state, iterator.get_state(), cfg.to_dict(), mcfg)
         finally:
             bar.close()

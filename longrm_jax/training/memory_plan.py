@@ -76,6 +76,12 @@ def device_budget(devices, budget_gib: float | None = None) -> int | None:
     return min(limits) if limits else None
 
 
+def peak_device_gib(mesh) -> float | None:
+    """Largest peak allocator use so far over this process's devices of ``mesh`` (None where not reported)."""
+    peaks = [(d.memory_stats() or {}).get("peak_bytes_in_use") for d in mesh.local_devices]
+    return max(peaks) / GiB if peaks and all(p is not None for p in peaks) else None
+
+
 REDUCE_HINTS = (
     "model.remat=full (or auto: the fastest policy that fits)",
     "a shorter data.seq_len, or fewer data.batch_rows per micro step (grad_accum keeps the step's batch)",
@@ -131,6 +137,15 @@ class StepPlan:
     step: object  # the compiled JittedTrainStep
     programs: list
     tried: list
+
+    def write(self, path: str) -> None:
+        """The plan as JSON (``<output_dir>/memory_plan.json``): chosen remat, candidates tried, per program."""
+        import json
+
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"device": jax.devices()[0].device_kind, "remat": self.remat, "tried": self.tried,
+                       "predicted_peak_gib": predicted_peak(self.programs) / GiB,
+                       "programs": [dict(vars(p), peak=p.peak) for p in self.programs]}, f, indent=1)
 
     def summary(self) -> str:
         mem = ", ".join(f"{p.name} {p.peak / GiB:.1f}" for p in self.programs)
