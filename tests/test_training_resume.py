@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from longrm_jax.train import DEFAULT_CONFIG
+from longrm_jax.training import steps
 from longrm_jax.training import loop
 from longrm_jax.training.checkpoint import load_trained_weights
 from longrm_jax.training.config import load_config
@@ -62,6 +63,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
         return dataclasses.replace(inner, gradients=gradients)
 
     monkeypatch.setattr(loop, "make_train_step", poisoned)
+    monkeypatch.setattr(steps, "make_train_step", poisoned)  # the step the trainer compiles before loading
     with pytest.raises(loop.NonFiniteLossError, match=r"at step 3.*Last good checkpoint: step 2"):
         loop.run(cfg)
     _, params = load_trained_weights(str(tmp_path / "checkpoints"))
