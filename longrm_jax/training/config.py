@@ -61,6 +61,13 @@ class DataSection:
     # "halving": seq_len / 2^k; "linear": seq_len * (k + 1) / num_buckets (padding per row < seq_len / num_buckets)
     bucket_scheme: str = "halving"
     window_groups: int = 256  # groups packed together by the pipeline (fuller rows vs memory)
+    # Chat template's enable_thinking: null renders without the variable, as upstream training (Qwen3: the
+    # response opens with the empty think block, which is trained); false moves that block into the masked prompt.
+    enable_thinking: bool | None = None
+    # Each sequence longer than its row, on its own: "prompt_middle" (the middle of the prompt goes, the response
+    # stays), "right" (upstream's literal right cut, EOS forced) or "error". A pair is never cut as a whole: one
+    # too long to share a row (packed layout) gets a row of its own, (1 + num_rejects) x seq_len long.
+    truncation: str = "prompt_middle"
     worker_count: int = 2  # pipeline threads tokenizing / packing windows ahead
 
 
