@@ -80,6 +80,11 @@ class LossSection:
     margin: float = 0.0  # Bradley-Terry
     center_rewards_coefficient: float = 0.0
     chunk_tokens: int = 8192  # tokens per chunk of the fp32 logits in response log-probs
+    # SimPO loss: "sigmoid" (-log s(z), label smoothing applies) or "hinge" (relu(1 - z)), z = beta dpi - gamma.
+    loss_type: str = "sigmoid"
+    # "upstream": mean over each microbatch's pairs (SFT: of per-sample token means), then over microbatches;
+    # "global_tokens": one mean over the global batch's pairs (SFT: trained tokens). README "Loss reduction".
+    reduction: str = "upstream"
 
 
 @dataclass
