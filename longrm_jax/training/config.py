@@ -105,7 +105,8 @@ class LoraSection:
     alpha: float = 8.0
     # Parameter-path suffixes that get adapters; "all-linear" means every projection of the decoder.
     targets: list = field(default_factory=lambda: ["all-linear"])
-    # Modules trained fully next to the adapters (peft's modules_to_save; the new score head for bt).
+    # Modules trained fully next to the adapters (peft's modules_to_save; a new score head for bt). Upstream's
+    # DisRM instead lists `score` in `targets` (a rank-r adapter on the frozen head) and trains nothing fully.
     train_modules: list = field(default_factory=lambda: ["score"])
 
 
