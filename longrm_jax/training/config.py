@@ -39,6 +39,10 @@ class ModelSection:
 @dataclass
 class DataSection:
     source: str = "synthetic"  # "synthetic" or a dataset path the data package reads
+    # Several datasets blended (replaces `source` when given): entries `{path: P, ratio: 0.5}` (that fraction of
+    # its rows), `{path: P, count: 1000}` (that many) or a plain path (all rows); see data.blend.
+    sources: list = field(default_factory=list)
+    chat_template: str | None = None  # Jinja template file replacing (or supplying) the tokenizer's
     eval_source: str | None = None  # None: held-out synthetic pairs / the source's eval split
     tokenizer: str | None = None  # None: the bundled tiny tokenizer
     seq_len: int = 512  # tokens per row (T): a packed row, or one sequence with layout "rows"

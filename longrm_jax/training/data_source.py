@@ -28,7 +28,8 @@ def load_tokenizer(cfg: TrainConfig) -> ChatTokenizer:
         from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
 
         path = TINY_TOKENIZER_DIR
-    return ChatTokenizer.from_dir(path, enable_thinking=cfg.data.enable_thinking)
+    return ChatTokenizer.from_dir(path, enable_thinking=cfg.data.enable_thinking,
+                                  chat_template=cfg.data.chat_template)
 
 
 def _synthetic_rows(cfg: TrainConfig, n: int, seed: int) -> list[dict]:
@@ -81,6 +82,11 @@ def packed_batches(cfg: TrainConfig, tokenizer: ChatTokenizer, records, *, sft: 
 
 def train_records(cfg: TrainConfig):
     sft = cfg.stage == "sft"
+    if cfg.data.sources:
+        from longrm_jax.data.blend import BlendSource, blend
+
+        sources = [BlendSource.parse(entry, f"data.sources[{i}]") for i, entry in enumerate(cfg.data.sources)]
+        return blend(sources, lambda path: _file_records(cfg, path, sft), seed=cfg.seed)
     if cfg.data.source == "synthetic":
         return _records(cfg, _synthetic_rows(cfg, cfg.data.num_train, cfg.seed), "synthetic:train", sft)
     return _file_records(cfg, cfg.data.source, sft)
