@@ -14,8 +14,8 @@ Trainer API::
 
 `data`: a path (see `readers`), a `RecordSource`, or a sequence of `SFTRecord` / `PreferenceRecord`.
 Other arguments (`PipelineConfig`): `buckets` (or `num_buckets`, `bucket_multiple`), `window_groups`,
-`truncation` ("prompt_middle" | "right" | "error", per sequence), `sample_max_length`, `slotted` (one group per row, sample r in slot r of
-`row length / group_size` tokens: see `packing`), `skip_bad_rows`, `reject_selection` ("first" |
+`truncation` ("prompt_middle" | "right" | "error", per sequence), `sample_max_length`, `slotted` (one
+group per row, sample r in slot r of `row length / group_size` tokens: see `packing`), `skip_bad_rows`, `reject_selection` ("first" |
 "random": a seeded subset when a row has more rejected than `num_rejects`), `shuffle`, `prefetch`,
 `num_threads`, `process_index` / `process_count` (default: jax's).
 `tokenizer`: a `ChatTokenizer` or a tokenizer directory. `stage`: "sft" (groups of 1 sample) or
