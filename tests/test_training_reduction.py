@@ -18,7 +18,7 @@ from longrm_jax.training.state import TrainState, lr_schedule, make_optimizer
 from longrm_jax.training.steps import StageSpec, group_values, make_train_step, token_logprobs
 
 # Rows of 512 tokens holding 2 to 6 items of different lengths: microbatches of unequal item counts.
-BASE = ["data.seq_len=512", "data.batch_rows=4", "grad_accum=2", "data.synthetic.lengths=[2,60]",
+BASE = ["data.seq_len=512", "data.batch_rows=2", "grad_accum=2", "data.synthetic.lengths=[2,60]",
         "data.num_train=10", "data.shuffle=false", "model.overrides.num_layers=1"]
 
 
