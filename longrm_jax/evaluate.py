@@ -54,6 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tasks", nargs="+", default=None,
                         help="task files to evaluate (default: LongQA Summ Safety ICL Cite Code Math where "
                              "present, else every *.jsonl in --data-path)")
+    parser.add_argument("--task-types", nargs="+", default=None, choices=("PairWise", "BestOfN"),
+                        help="Long-RewardBench: evaluate only these sample types (default: both)")
+    parser.add_argument("--longform-protocol", default="pointwise", choices=("pointwise", "joint"),
+                        help="GRM on Long-form RewardBench records: pointwise (each response judged alone, "
+                             "a '**Result:** x.y' score, as the benchmark's own code; default) or joint (all "
+                             "answers ranked in one prompt)")
+    parser.add_argument("--chat-template", default=None, metavar="FILE",
+                        help="Jinja chat template file used instead of the tokenizer's (for tokenizers that "
+                             "have none)")
     parser.add_argument("--max-new-tokens", type=int, default=2048,
                         help="GRM: generation budget per judgement, greedy (default: %(default)s)")
     parser.add_argument("--both-orders", action="store_true",
@@ -153,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, mesh=args.mesh,
         max_length=None if args.no_truncate else args.max_length, seed=args.seed, dtype=args.dtype,
         limit=args.limit, share_prompt=args.share_prompt, resume=args.resume, progress=not args.no_progress,
+        task_types=args.task_types, longform_protocol=args.longform_protocol, chat_template=args.chat_template,
     )
     try:
         summary = run_evaluation(cfg)

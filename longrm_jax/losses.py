@@ -50,18 +50,25 @@ def simpo_loss(
     gamma: float,
     label_smoothing: float = 0.0,
     nll_weight: float = 0.0,
+    loss_type: str = "sigmoid",
 ) -> jax.Array:
     """SimPO per-example loss.
 
     ``chosen_logps`` [N]: mean response-token log-prob pi(chosen); ``rejected_logps`` [N] or [N, R] (several
     rejects are averaged, as upstream). ``gamma`` is the absolute margin (SimPO code: beta * gamma_beta_ratio).
     loss = -(1 - eps) log s(z) - eps log s(-z),  z = beta (pi_c - pi_r) - gamma;  plus ``nll_weight * -pi_c``
-    (TRL CPO ``cpo_alpha``; 0 upstream).
+    (TRL CPO ``cpo_alpha``; 0 upstream). ``loss_type="hinge"``: ``relu(1 - z)`` instead (the SimPO paper's and
+    upstream's hinge variant; label smoothing does not apply to it).
     """
+    if loss_type not in ("sigmoid", "hinge"):
+        raise ValueError(f"SimPO loss_type must be 'sigmoid' or 'hinge', got {loss_type!r}")
     chosen = chosen_logps.astype(jnp.float32)
     rejected = _mean_rejects(chosen, rejected_logps.astype(jnp.float32))
     z = beta * (chosen - rejected) - gamma
-    loss = -(1.0 - label_smoothing) * jax.nn.log_sigmoid(z) - label_smoothing * jax.nn.log_sigmoid(-z)
+    if loss_type == "hinge":
+        loss = jax.nn.relu(1.0 - z)
+    else:
+        loss = -(1.0 - label_smoothing) * jax.nn.log_sigmoid(z) - label_smoothing * jax.nn.log_sigmoid(-z)
     if nll_weight:
         loss = loss + nll_weight * (-chosen)
     return loss

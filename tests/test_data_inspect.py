@@ -14,10 +14,24 @@ def test_inspect_preference_file(tmp_path, capsys):
     assert main(["--data", paths["train"], "--tokenizer", TINY_TOKENIZER_DIR, "--max-length", "256"]) == 0
     out = capsys.readouterr().out
     assert "format: preference  rows: 12" in out and "groups: 12  samples: 24" in out
-    assert "histogram" in out and "packing into buckets" in out and "truncation at max_length 256" in out
-    # rendered sample: prompt bracketed (untrained), the answer and EOS plain (trained)
-    assert "[[<|im_start|>system" in out and "</think>\n\n]]The password of the" in out
+    assert "histogram" in out and "packing into buckets" in out and "rules at row length 256" in out
+    # 6 pairs are longer than 256 tokens in total (each sample fits): rows of their own, nothing cut
+    assert "groups in a row of their own: 6  identical pairs dropped: 0" in out
+    assert "prompt cut in its middle: 0  response cut: 0" in out
+    # rendered sample: prompt bracketed (untrained); as upstream training, the empty think block opens the
+    # trained response; the answer and EOS plain (trained)
+    assert "[[<|im_start|>system" in out and "<|im_start|>assistant\n]]<think>\n\n</think>\n\nThe password" in out
     assert out.rstrip().endswith("<|im_end|>")
+
+
+def test_inspect_counts_prompt_cuts_and_think_option(tmp_path, capsys):
+    paths = synthetic.write_training_files(str(tmp_path), 6, 2, seed=0, lengths=(160,))
+    assert main(["--data", paths["train"], "--tokenizer", TINY_TOKENIZER_DIR, "--max-length", "128",
+                 "--enable-thinking", "false"]) == 0
+    out = capsys.readouterr().out
+    assert "prompt cut in its middle: 12  response cut: 0" in out  # every sample: prompt cut, response whole
+    assert "groups in a row of their own: 6" in out
+    assert "</think>\n\n]]The password" in out  # enable_thinking false: the block ends the masked prompt
 
 
 def test_inspect_bench_and_sft(tmp_path, capsys):

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from longrm_jax.data.packing import (bucket_for, fit_group, make_buckets, pack_batches, unpack_row)
+from longrm_jax.data.packing import (bucket_for, drop_untrainable, fit_group, make_buckets, own_row_length,
+                                     pack_batches, unpack_row)
 from longrm_jax.data.records import DataError, Provenance
 from longrm_jax.data.tokenize import TokenizedGroup, TokenizedSample, TruncationStats
 
@@ -49,12 +50,12 @@ def test_packing_properties(gs_groups, batch_rows, buckets):
     stats = TruncationStats()
     capacity = max(buckets)
     batches = pack_batches(groups, buckets, batch_rows, group_size, PAD, EOS, "right", stats)
-    fitted = [fit_group(g, capacity, "right", EOS) for g in groups]
+    fitted = drop_untrainable([fit_group(g, capacity, "right", EOS) for g in groups])
     expected = sorted(tuple(_key(s) for s in g.samples) for g in fitted)
     found = []
     for batch in batches:
         b, t = batch["input_ids"].shape
-        assert b == batch_rows and t in buckets
+        assert b == batch_rows and (t in buckets or t == own_row_length(capacity, group_size))
         assert set(batch) == {"input_ids", "positions", "segment_ids", "loss_mask", "num_groups"}
         assert all(v.dtype == np.int32 for v in batch.values())
         for r in range(b):
@@ -76,40 +77,61 @@ def test_packing_properties(gs_groups, batch_rows, buckets):
                                    for i, m in samples[g * group_size:(g + 1) * group_size]))
     # every group exactly once, intact (chosen first) -> nothing lost beyond fit_group's declared cut
     assert sorted(found) == expected
-    lost = sum(g.num_tokens for g in groups) - sum(g.num_tokens for g in fitted)
+    cut = [g for g in groups if max(len(s) for s in g.samples) > capacity]
+    lost = sum(g.num_tokens for g in cut) - sum(len(s) for g in cut for s in fit_group(g, capacity, "right",
+                                                                                     EOS).samples)
     assert stats.as_dict()["dropped_tokens"] == lost
-    assert (lost > 0) == any(g.num_tokens > capacity for g in groups)
+    assert (lost > 0) == bool(cut)  # only samples longer than the row lose tokens; a pair is never cut as a whole
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(2, 400), min_size=1, max_size=4), st.integers(16, 300))
-def test_fit_group_water_filling(lengths, capacity):
+@given(st.lists(st.integers(2, 400), min_size=1, max_size=4), st.integers(16, 300),
+       st.sampled_from(["right", "prompt_middle"]))
+def test_fit_group_cuts_each_sample_on_its_own(lengths, capacity, policy):
     rng = np.random.default_rng(0)
-    group = TokenizedGroup(tuple(_sample(rng, n, 1) for n in lengths), Provenance("mem", 0))
-    if capacity < 2 * len(lengths):
-        with pytest.raises(DataError):
-            fit_group(group, capacity, "right", EOS)
-        return
-    out = fit_group(group, capacity, "right", EOS)
-    assert out.num_tokens <= capacity
+    group = TokenizedGroup(tuple(_sample(rng, n, n // 2) for n in lengths), Provenance("mem", 0))
+    out = fit_group(group, capacity, policy, EOS)
     for before, after in zip(group.samples, out.samples):
-        if len(after) < len(before):
-            assert after.truncated and after.input_ids[-1] == EOS and after.loss_mask[-1] == 1
-            assert np.array_equal(after.input_ids[:-1], before.input_ids[:len(after) - 1])
-        else:
-            assert after is before
-    # only the longest are cut, to a common length
-    cut = {len(a) for a, b in zip(out.samples, group.samples) if len(a) < len(b)}
-    assert len(cut) <= 1
-    if cut:
-        assert all(len(b) <= min(cut) or len(a) == min(cut) for a, b in zip(out.samples, group.samples))
+        if len(before) <= capacity:
+            assert after is before  # a sample that fits is never touched, whatever its group's total
+            continue
+        assert len(after) == capacity and after.truncated
+        assert after.input_ids[-1] == EOS and after.loss_mask[-1] == 1
+        if policy == "right":
+            assert np.array_equal(after.input_ids[:-1], before.input_ids[:capacity - 1])
+        else:  # the response is kept whole when the prompt can give way (it keeps >= capacity // 8)
+            response = before.input_ids[before.prompt_len:]
+            if len(response) <= capacity - min(before.prompt_len, capacity // 8):
+                assert np.array_equal(after.input_ids[after.prompt_len:], response)
+                assert after.loss_mask.sum() == before.loss_mask.sum()
 
 
 def test_error_policy_names_row():
     rng = np.random.default_rng(0)
-    group = TokenizedGroup((_sample(rng, 100, 10), _sample(rng, 100, 10)), Provenance("f.jsonl", 6, 7))
-    with pytest.raises(DataError, match=r"f.jsonl: line 7: group of 2 samples has 200 tokens"):
+    group = TokenizedGroup((_sample(rng, 200, 10), _sample(rng, 100, 10)), Provenance("f.jsonl", 6, 7))
+    with pytest.raises(DataError, match=r"f.jsonl: line 7: sample of 200 tokens is longer than the row length 128"):
         pack_batches([group], (128,), 1, 2, PAD, EOS, "error")
+
+
+def test_long_pair_gets_a_row_of_its_own_and_identical_pairs_are_dropped(caplog):
+    """A pair longer than the row is never cut as a whole: it gets an own row of (1 + R) x row length, each
+    sample whole; a pair with chosen == rejected is dropped, logged and counted."""
+    rng = np.random.default_rng(3)
+    long_pair = TokenizedGroup((_sample(rng, 100, 60), _sample(rng, 90, 60)), Provenance("m", 0))
+    short_pair = TokenizedGroup((_sample(rng, 20, 5), _sample(rng, 30, 5)), Provenance("m", 1))
+    same = _sample(rng, 20, 5)
+    identical = TokenizedGroup((same, same), Provenance("m", 2))
+    stats = TruncationStats()
+    batches = pack_batches([long_pair, short_pair, identical], (128,), 1, 2, PAD, EOS, stats=stats)
+    assert sorted(b["input_ids"].shape[1] for b in batches) == [128, 256]
+    (own,) = [b for b in batches if b["input_ids"].shape[1] == 256]
+    samples = unpack_row(own, 0)
+    assert [len(i) for i, _ in samples] == [100, 90]
+    assert np.array_equal(samples[0][0], long_pair.samples[0].input_ids)
+    counts = stats.as_dict()
+    assert counts["own_row_groups"] == 1 and counts["identical_pairs_dropped"] == 1
+    assert counts["dropped_tokens"] == 0 and sum(int(b["num_groups"].sum()) for b in batches) == 2
+    assert "m row 2: chosen and rejected are identical" in caplog.text
 
 
 def test_preference_segment_layout():

@@ -141,9 +141,18 @@ def test_argument_checks(data_dir, tok):
 def test_truncation_counted(data_dir, tok):
     it = _make(data_dir / "train.jsonl", tok, num_epochs=1, max_length=128, num_buckets=1, bucket_multiple=128)
     batches = _drain(it)
-    assert all(b["input_ids"].shape == (2, 128) for b in batches)
+    # shared rows of 128, and own rows of 2 x 128 for the pairs too long to share one (never cut as a pair)
+    assert {b["input_ids"].shape for b in batches} <= {(2, 128), (2, 256)}
+    assert any(b["input_ids"].shape == (2, 256) for b in batches)
     stats = it.stats()
     assert stats["truncated_samples"] > 0 and stats["dropped_tokens"] > 0
+    assert stats["prompt_cut_samples"] == stats["truncated_samples"] and stats["own_row_groups"] > 0
+    assert stats["identical_pairs_dropped"] == 0
+    for batch in batches:  # every pair trains: chosen and rejected differ in every valid group
+        for r in range(2):
+            segs = unpack_row(batch, r)
+            for g in range(len(segs) // 2):
+                assert not np.array_equal(segs[2 * g][0], segs[2 * g + 1][0])
     with pytest.raises(DataError, match="truncation policy 'error'"):
         _drain(_make(data_dir / "train.jsonl", tok, max_length=128, num_buckets=1, truncation="error"))
 

@@ -109,7 +109,25 @@ def test_right_truncation_forces_trained_eos(tok):
     short = tok.tokenize(SFTRecord(PROMPT, "It is falcon.", PROV),
                          truncation=TruncationConfig("right", max_length=5), stats=stats).samples[0]
     assert short.loss_mask.tolist() == [0, 0, 0, 0, 1]
-    assert stats.as_dict() == {"samples": 2, "truncated_samples": 2, "dropped_tokens": 2 + len(full) - 5}
+    counts = stats.as_dict()
+    assert {k: counts[k] for k in ("samples", "truncated_samples", "dropped_tokens")} == {
+        "samples": 2, "truncated_samples": 2, "dropped_tokens": 2 + len(full) - 5}
+
+
+def test_prompt_middle_keeps_response_and_prompt_ends(tok):
+    """Training's default cut: the prompt's middle goes, its first and last parts and the whole response stay."""
+    stats = TruncationStats()
+    full = tok.tokenize(SFTRecord(PROMPT, "It is falcon.", PROV)).samples[0]
+    p, n = full.prompt_len, len(full)
+    cap = n - 6
+    cut = tok.tokenize(SFTRecord(PROMPT, "It is falcon.", PROV),
+                       truncation=TruncationConfig("prompt_middle", max_length=cap), stats=stats).samples[0]
+    keep = p - 6
+    assert len(cut) == cap and cut.prompt_len == keep
+    ids = full.input_ids.tolist()
+    assert cut.input_ids.tolist() == ids[:keep // 2] + ids[p - (keep - keep // 2):]
+    assert cut.loss_mask.tolist() == [0] * keep + [1] * (n - p)
+    assert stats.as_dict()["prompt_cut_samples"] == 1 and stats.as_dict()["response_cut_samples"] == 0
 
 
 def test_error_truncation_names_row(tok):

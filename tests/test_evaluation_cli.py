@@ -153,7 +153,8 @@ def test_long_form_disrm_with_needle_heatmap(tmp_path):
     assert evaluate.main(["--model-path", model, "--data-path", str(data), "--is-disrm", "--save-path", str(save),
                           "--dtype", "float32", "--no-progress"]) == 0
     rows, results, predictions = _read_outputs(save)
-    assert [r[1] for r in rows[1:]] == ["Reasoning", "Writing", "AVG."]
+    assert [r[1] for r in rows[1:]] == ["Reasoning", "Reasoning Binary", "Writing", "Writing Binary", "AVG.",
+                                        "AVG. Binary"]
     assert all(p["benchmark"] == "long-form" and isinstance(p["correct"], bool) for p in predictions)
     for p in predictions:
         chosen, rejected = p["scores"][0], p["scores"][1:]

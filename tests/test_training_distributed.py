@@ -17,7 +17,9 @@ from longrm_jax.training.steps import StageSpec, jit_train_step, make_train_step
 CASES = {
     "sft": ["stage=sft"],
     "simpo": ["stage=simpo", "lora.rank=4", "lora.alpha=8", "loss.label_smoothing=0.1"],
-    "bt": ["stage=bt", "grad_accum=2", "data.num_rejects=2"],
+    # global_tokens: accumulation over 2 microbatches then equals one pass (upstream's mean of microbatch means
+    # depends on the split by design)
+    "bt": ["stage=bt", "grad_accum=2", "data.num_rejects=2", "loss.reduction=global_tokens"],
 }
 
 

@@ -3,9 +3,10 @@
     python -m longrm_jax.data.inspect --data PATH --tokenizer DIR [--format auto] [--split S]
         [--max-length N] [--num-rejects R] [--sample I] [--limit N] [--skip-bad-rows]
 
-Prints: row counts (and skipped bad rows), a text histogram of sequence lengths (tokens), how many samples the
-`right` policy would truncate at `--max-length` and the packing it would produce (rows per bucket, fill), and
-one sample rendered with its loss mask: untrained (prompt) text in [[double brackets]], trained text plain.
+Prints: row counts (and skipped bad rows), a text histogram of sequence lengths (tokens), what the training
+rules would do at `--max-length` (samples whose prompt is cut in its middle, responses cut, pairs given a row of
+their own, identical pairs dropped) and the packing they produce (rows per bucket, fill), and one sample
+rendered with its loss mask: untrained (prompt) text in [[double brackets]], trained text plain.
 Long-RewardBench and Long-form files are shown as preference groups (first/best candidate as chosen).
 """
 
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from longrm_jax.data.packing import make_buckets, pack_rows, bucket_for, fit_group
+from longrm_jax.data.packing import bucket_for, make_buckets, own_row_length, plan_rows
 from longrm_jax.data.readers import FORMATS, RecordSource
 from longrm_jax.data.records import BenchRecord, DataError, LongFormRecord
 from longrm_jax.data.tokenize import ChatTokenizer, TruncationStats
@@ -60,15 +61,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--render-chars", type=int, default=3000, help="characters of the rendered sample to show")
     p.add_argument("--limit", type=int, default=None, help="inspect only the first N rows")
     p.add_argument("--skip-bad-rows", action="store_true")
-    p.add_argument("--upstream-think-mask", action="store_true",
-                   help="do not pass enable_thinking=False (upstream training masks: think block trained)")
+    p.add_argument("--enable-thinking", choices=("unset", "false", "true"), default="unset",
+                   help="chat template variable: unset (default, as upstream training: Qwen3's empty think block "
+                   "opens the trained response), false (the block ends the masked prompt)")
+    p.add_argument("--truncation", choices=("prompt_middle", "right", "error"), default="prompt_middle",
+                   help="per-sequence cut at --max-length, as data.truncation in training")
+    p.add_argument("--chat-template", default=None, metavar="FILE",
+                   help="Jinja chat template file to use instead of the tokenizer's (or where it has none)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     from tqdm import tqdm
 
     try:
         src = RecordSource(args.data, args.format, args.split, skip_bad_rows=args.skip_bad_rows)
-        tok = ChatTokenizer.from_dir(args.tokenizer, enable_thinking=None if args.upstream_think_mask else False)
+        thinking = {"unset": None, "false": False, "true": True}[args.enable_thinking]
+        tok = ChatTokenizer.from_dir(args.tokenizer, enable_thinking=thinking, chat_template=args.chat_template)
         n_rows = len(src) if args.limit is None else min(args.limit, len(src))
         groups, stats = [], TruncationStats()
         skipped = 0
@@ -96,18 +103,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(length_histogram(sample_lengths))
     if args.max_length:
         buckets = make_buckets(args.max_length, args.num_buckets)
-        over = sum(n > args.max_length for n in sample_lengths)
-        over_groups = sum(n > max(buckets) for n in group_lengths)
-        print(f"\ntruncation at max_length {args.max_length} (policy right): {over} of {len(sample_lengths)} "
-              f"samples; groups longer than the largest row {max(buckets)}: {over_groups}")
-        fitted = [fit_group(g, max(buckets), "right", tok.eos_id) for g in groups]
-        rows = pack_rows(fitted, max(buckets))
+        capacity = max(buckets)
+        over = sum(n > capacity for n in sample_lengths)
+        rules = TruncationStats()
+        try:
+            rows, own = plan_rows(groups, capacity, len(groups[0].samples) if groups else 1, tok.eos_id,
+                                  args.truncation, rules)
+        except DataError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        counts = rules.as_dict()
+        print(f"\nrules at row length {capacity} (each sequence on its own, policy {args.truncation}): "
+              f"{over} of {len(sample_lengths)} samples longer than the row")
+        print(f"  prompt cut in its middle: {counts['prompt_cut_samples']}  response cut: "
+              f"{counts['response_cut_samples']}  tokens dropped: {counts['dropped_tokens']}")
+        print(f"  groups in a row of their own: {counts['own_row_groups']}  identical pairs dropped: "
+              f"{counts['identical_pairs_dropped']}")
         per_bucket = Counter(bucket_for(r.used, buckets) for r in rows)
-        used = sum(r.used for r in rows)
-        capacity = sum(bucket_for(r.used, buckets) for r in rows)
-        print(f"packing into buckets {buckets}: {len(rows)} rows "
-              f"({', '.join(f'{b}: {per_bucket.get(b, 0)}' for b in buckets)}), "
-              f"fill {used / max(capacity, 1):.1%}")
+        used = sum(r.used for r in rows + own)
+        own_len = own_row_length(capacity, len(groups[0].samples)) if groups else 0
+        total_capacity = sum(bucket_for(r.used, buckets) for r in rows) + own_len * len(own)
+        print(f"packing into buckets {buckets}: {len(rows)} shared rows "
+              f"({', '.join(f'{b}: {per_bucket.get(b, 0)}' for b in buckets)}), {len(own)} own rows of {own_len}, "
+              f"fill {used / max(total_capacity, 1):.1%}")
     if groups:
         g = groups[min(args.sample, len(groups) - 1)]
         p_ = g.provenance

@@ -4,8 +4,12 @@
   split: all its samples go to one row, contiguously, chosen first.
 - Rows are filled first-fit-decreasing up to the largest bucket; a row then takes the smallest bucket
   length that holds it, so only `len(buckets)` shapes ever reach the compiler.
-- A group longer than the largest bucket is cut to fit (`policy="right"`: the longest samples are cut to a
-  common cap so that the sum fits, last token forced to EOS and trained, counted) or raises (`"error"`).
+- A sample longer than the largest bucket is cut on its own (`data.tokenize` policies: by default the middle
+  of its prompt goes, the response stays) or raises (`"error"`); a group is never cut as a whole. A group
+  still longer than the largest bucket gets a row of its own of `group_size x` that length (upstream's rule:
+  each sequence cut at the row length, a bucket row holds all of a group's sequences), batched apart.
+- A preference group whose chosen and a rejected are identical (nothing to learn) is dropped, logged and
+  counted (`TruncationStats`), so it never enters the loss normaliser.
 - Batches: rows of one bucket, `batch_rows` at a time; leftover rows move up to the next bucket; leftovers of
   the largest bucket are completed with empty rows (`num_groups == 0`, all padding).
 - Slotted rows (`slots=k`, the "rows" layout of preference training): one group per row, its k samples in k
@@ -21,12 +25,15 @@ position 0, loss_mask 0, input id `pad_id`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 
 import numpy as np
 
 from longrm_jax.data.records import DataError
 from longrm_jax.data.tokenize import (TokenizedGroup, TruncationConfig, TruncationStats, truncate_sample)
+
+logger = logging.getLogger(__name__)
 
 BATCH_KEYS = ("input_ids", "positions", "segment_ids", "loss_mask")
 
@@ -49,58 +56,58 @@ def make_buckets(max_length: int, num_buckets: int = 4, multiple: int = 128, sch
 
 def fit_group(group: TokenizedGroup, capacity: int, policy: str, eos_id: int,
               stats: TruncationStats | None = None) -> TokenizedGroup:
-    """Return `group` if it fits in `capacity` tokens, else cut its longest samples to a common cap."""
-    lengths = [len(s) for s in group.samples]
-    total = sum(lengths)
-    if total <= capacity:
+    """Every sample longer than `capacity` cut on its own (`policy`: see `data.tokenize`; "error" raises).
+
+    A group is never cut as a whole: one still longer than `capacity` in total gets a row of its own.
+    """
+    if max(len(s) for s in group.samples) <= capacity:
         return group
     p = group.provenance
-    if policy != "right":
-        raise DataError(p.source, p.where(), None,
-                        f"group of {len(lengths)} samples has {total} tokens, more than the largest row length "
-                        f"{capacity} (truncation policy {policy!r}; use 'right' to cut)")
-    if capacity < len(lengths) * 2:
-        raise DataError(p.source, p.where(), None, f"row length {capacity} cannot hold {len(lengths)} samples")
-    # Water-filling: the largest cap c with sum(min(l, c)) <= capacity.
-    remaining, cap = capacity, 0
-    ordered = sorted(lengths)
-    for i, length in enumerate(ordered):
-        share = remaining // (len(ordered) - i)
-        if length > share:
-            cap = share
-            break
-        remaining -= length
-    return _cut_samples(group, cap, eos_id, stats)
-
-
-def _cut_samples(group: TokenizedGroup, cap: int, eos_id: int, stats: TruncationStats | None) -> TokenizedGroup:
-    """Every sample longer than `cap` cut to `cap` (EOS last, trained), the cuts counted in `stats`."""
-    p = group.provenance
-    cfg = TruncationConfig(policy="right")
-    samples = tuple(truncate_sample(s, cfg, eos_id, p, max_length=cap) for s in group.samples)
+    if policy == "error":
+        raise DataError(p.source, p.where(), None, f"sample of {max(len(s) for s in group.samples)} tokens is "
+                        f"longer than the row length {capacity} (truncation policy 'error')")
+    cfg = TruncationConfig(policy=policy)
+    samples = tuple(truncate_sample(s, cfg, eos_id, p, max_length=capacity, stats=stats) for s in group.samples)
     if stats is not None:
-        stats.record(0, sum(s.truncated and not o.truncated for s, o in zip(samples, group.samples)),
+        stats.record(0, sum(o.truncated and not s.truncated for s, o in zip(group.samples, samples)),
                      group.num_tokens - sum(len(s) for s in samples), f"{p.source} {p.where()}")
     return TokenizedGroup(samples, p)
+
+
+def fit_group_slots(group: TokenizedGroup, slot: int, policy: str, eos_id: int,
+                    stats: TruncationStats | None = None) -> TokenizedGroup:
+    """Slotted rows: every sample cut on its own to `slot` tokens (the same rule as `fit_group`)."""
+    return fit_group(group, slot, policy, eos_id, stats)
+
+
+def is_untrainable(group: TokenizedGroup) -> bool:
+    """A preference group whose chosen equals one of its rejected token for token: zero gradient, no signal."""
+    chosen = group.samples[0]
+    return len(group.samples) > 1 and any(
+        len(r) == len(chosen) and np.array_equal(r.input_ids, chosen.input_ids)
+        and np.array_equal(r.loss_mask, chosen.loss_mask) for r in group.samples[1:])
+
+
+def drop_untrainable(groups: Sequence[TokenizedGroup], stats: TruncationStats | None = None
+                     ) -> list[TokenizedGroup]:
+    """`groups` without the untrainable ones (`is_untrainable`), each drop logged and counted."""
+    out = []
+    for g in groups:
+        if is_untrainable(g):
+            p = g.provenance
+            logger.warning("%s %s: chosen and rejected are identical after tokenization and cutting; the pair "
+                           "is dropped (it cannot train and would only dilute the loss)", p.source, p.where())
+            if stats is not None:
+                stats.count("identical_pairs_dropped")
+            continue
+        out.append(g)
+    return out
 
 
 @dataclasses.dataclass
 class PackedRow:
     groups: list[TokenizedGroup]
     used: int = 0
-
-
-def fit_group_slots(group: TokenizedGroup, slot: int, policy: str, eos_id: int,
-                    stats: TruncationStats | None = None) -> TokenizedGroup:
-    """Slotted rows: cut every sample longer than `slot` tokens to `slot` (or raise with policy "error")."""
-    lengths = [len(s) for s in group.samples]
-    if max(lengths) <= slot:
-        return group
-    p = group.provenance
-    if policy != "right":
-        raise DataError(p.source, p.where(), None, f"sample of {max(lengths)} tokens is longer than the row "
-                        f"length {slot} (truncation policy {policy!r}; use 'right' to cut)")
-    return _cut_samples(group, slot, eos_id, stats)
 
 
 def _row_cost(group: TokenizedGroup, slots: int | None) -> int:
@@ -202,11 +209,34 @@ def rows_to_batches(rows: Sequence[PackedRow], buckets: Sequence[int], batch_row
     return batches
 
 
+def own_row_length(capacity: int, group_size: int) -> int:
+    """Row length for a group too long to share a row: room for each of its samples at full length."""
+    return group_size * capacity
+
+
+def plan_rows(groups: Sequence[TokenizedGroup], capacity: int, group_size: int, eos_id: int,
+              policy: str = "prompt_middle", stats: TruncationStats | None = None
+              ) -> tuple[list[PackedRow], list[PackedRow]]:
+    """(shared rows of up to `capacity` tokens, own rows of one long group each) for `groups`.
+
+    Each sample is cut on its own to `capacity` (`fit_group`); untrainable pairs are dropped
+    (`drop_untrainable`); a group still longer than `capacity` gets a row of its own of `own_row_length`.
+    """
+    fitted = drop_untrainable([fit_group(g, capacity, policy, eos_id, stats) for g in groups], stats)
+    shared = [g for g in fitted if g.num_tokens <= capacity]
+    own = [PackedRow([g], g.num_tokens) for g in fitted if g.num_tokens > capacity]
+    if own and stats is not None:
+        stats.count("own_row_groups", len(own))
+    return pack_rows(shared, capacity), own
+
+
 def pack_batches(groups: Sequence[TokenizedGroup], buckets: Sequence[int], batch_rows: int, group_size: int,
-                 pad_id: int, eos_id: int, policy: str = "right",
+                 pad_id: int, eos_id: int, policy: str = "prompt_middle",
                  stats: TruncationStats | None = None, slotted: bool = False) -> list[dict]:
     """Fit, pack and batch `groups` (one window of the pipeline). Deterministic in its inputs.
 
+    Shared rows are batched by `buckets`; groups too long to share the largest row (`plan_rows`) come in
+    batches of their own, of row length `own_row_length(max(buckets), group_size)`.
     `slotted`: one group per row in `group_size` equal slots (buckets must be multiples of `group_size`).
     """
     capacity = max(buckets)
@@ -214,10 +244,13 @@ def pack_batches(groups: Sequence[TokenizedGroup], buckets: Sequence[int], batch
         if any(b % group_size for b in buckets):
             raise ValueError(f"slotted rows: buckets {tuple(buckets)} must be multiples of {group_size}")
         fitted = [fit_group_slots(g, capacity // group_size, policy, eos_id, stats) for g in groups]
-    else:
-        fitted = [fit_group(g, capacity, policy, eos_id, stats) for g in groups]
-    rows = pack_rows(fitted, capacity, group_size if slotted else None)
-    return rows_to_batches(rows, buckets, batch_rows, group_size, pad_id, slotted)
+        rows = pack_rows(drop_untrainable(fitted, stats), capacity, group_size)
+        return rows_to_batches(rows, buckets, batch_rows, group_size, pad_id, slotted)
+    rows, own = plan_rows(groups, capacity, group_size, eos_id, policy, stats)
+    batches = rows_to_batches(rows, buckets, batch_rows, group_size, pad_id)
+    if own:
+        batches += rows_to_batches(own, (own_row_length(capacity, group_size),), batch_rows, group_size, pad_id)
+    return batches
 
 
 def batch_spec(batch_rows: int, length: int) -> dict[str, tuple[tuple[int, ...], type]]:

@@ -9,12 +9,13 @@ Trainer API::
     state = it.get_state()      # JSON-serialisable dict; store it with the checkpoint
     it.set_state(state)         # (on a fresh iterator with the same arguments) continue exactly there
     it.batch_spec(T)            # {name: (shape, dtype)} of a batch of row length T (per process)
-    it.stats()                  # {"samples", "truncated_samples", "dropped_tokens", "skipped_rows"}
+    it.stats()                  # {"samples", "truncated_samples", "dropped_tokens", "skipped_rows", and the
+                                # rule counters of data.tokenize.RULE_COUNTERS (prompt cuts, own rows, ...)}
 
 `data`: a path (see `readers`), a `RecordSource`, or a sequence of `SFTRecord` / `PreferenceRecord`.
 Other arguments (`PipelineConfig`): `buckets` (or `num_buckets`, `bucket_multiple`), `window_groups`,
-`truncation` ("right" | "error"), `sample_max_length`, `slotted` (one group per row, sample r in slot r of
-`row length / group_size` tokens: see `packing`), `skip_bad_rows`, `reject_selection` ("first" |
+`truncation` ("prompt_middle" | "right" | "error", per sequence), `sample_max_length`, `slotted` (one
+group per row, sample r in slot r of `row length / group_size` tokens: see `packing`), `skip_bad_rows`, `reject_selection` ("first" |
 "random": a seeded subset when a row has more rejected than `num_rejects`), `shuffle`, `prefetch`,
 `num_threads`, `process_index` / `process_count` (default: jax's).
 `tokenizer`: a `ChatTokenizer` or a tokenizer directory. `stage`: "sft" (groups of 1 sample) or
@@ -23,8 +24,10 @@ Other arguments (`PipelineConfig`): `buckets` (or `num_buckets`, `bucket_multipl
 How (all deterministic in `seed`, so every host computes the same plan):
 1. `grain.MapDataset.source(records)`, `.shuffle()` (a different permutation every epoch), `.repeat(num_epochs)`.
 2. `.batch(window_groups)`: windows of groups; each window is tokenized (with `sample_max_length` truncation),
-   fitted to the largest bucket, packed first-fit-decreasing into rows, rows into batches of `batch_size`
-   rows of one bucket length (`packing.pack_batches`), and the batch order shuffled within the window.
+   each sequence fitted to the largest bucket on its own, packed first-fit-decreasing into rows, rows into
+   batches of `batch_size` rows of one bucket length (`packing.pack_batches`; a group too long to share a row
+   comes in a row of its own, `group_size` x the largest bucket long; identical pairs are dropped and
+   counted), and the batch order shuffled within the window.
    Windows are computed ahead by `num_threads` threads (`to_iter_dataset` read options).
 3. A grain flat-map yields the window's batches one by one, each process keeping its rows
    `[p * b, (p + 1) * b)` of the global batch: all hosts see the same shapes at every step and the same
@@ -75,7 +78,9 @@ class PipelineConfig:
     bucket_multiple: int = 128
     bucket_scheme: str = "halving"  # packing.make_buckets
     window_groups: int = 256  # groups packed together (bigger: fuller rows, more memory)
-    truncation: str = "right"  # "right" or "error" for sequences longer than sample_max_length / rows
+    # Each sequence longer than sample_max_length / the row, on its own: "prompt_middle" (cut the prompt's middle,
+    # keep the response), "right" (upstream's literal right cut) or "error" (see data.tokenize).
+    truncation: str = "prompt_middle"
     sample_max_length: int | None = None  # per-sequence cap before packing (default: the longest row / slot)
     slotted: bool = False  # preference stages: one group per row, each sample in its own equal slot
     skip_bad_rows: bool = False
@@ -93,8 +98,9 @@ class PipelineConfig:
                              f"{self.process_count}")
         if not 0 <= self.process_index < self.process_count:
             raise ValueError(f"process_index {self.process_index} not in [0, {self.process_count})")
-        if self.truncation not in ("right", "error"):
-            raise ValueError(f"training truncation must be 'right' or 'error', got {self.truncation!r}")
+        if self.truncation not in ("prompt_middle", "right", "error"):
+            raise ValueError("training truncation must be 'prompt_middle', 'right' or 'error', "
+                             f"got {self.truncation!r}")
         if self.reject_selection not in ("first", "random"):
             raise ValueError(f"reject_selection must be 'first' or 'random', got {self.reject_selection!r}")
         if self.num_epochs is not None and self.num_epochs <= 0:
@@ -265,13 +271,16 @@ class TrainIterator:
 
 
 def make_train_iterator(data, tokenizer, *, stage: str = "simpo", data_format: str | None = None,
-                        split: str | None = None, enable_thinking: bool | None = False,
+                        split: str | None = None, enable_thinking: bool | None = None,
                         process_index: int | None = None, process_count: int | None = None,
                         **config: Any) -> TrainIterator:
     """Build the training iterator (arguments: `PipelineConfig` fields; see the module docstring).
 
     `process_index` / `process_count` default to `jax.process_index()` / `jax.process_count()`.
     `data_format` (for a path): "auto" (default), "sft" or "preference".
+    `enable_thinking` (for a tokenizer directory): None renders the chat template without the variable, as
+    upstream training does (Qwen3: the empty think block opens the response and is trained); False moves it
+    into the masked prompt.
     """
     if process_index is None or process_count is None:
         import jax

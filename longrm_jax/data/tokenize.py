@@ -15,9 +15,17 @@ None passes nothing, which reproduces upstream *training* masks exactly (Qwen3: 
 first part of the response and is trained). Templates that do not use the variable ignore it.
 
 Upstream appends `" " + eos_token` as text when the response lacks EOS (an extra space token); we append the
-EOS id only. Truncation policies (`TruncationConfig`): `right` (training: cut to `max_length`, force the last
-token to EOS and make it a target, as upstream), `middle` (evaluation: a sequence of `max_length` tokens or
-more keeps its first `middle_head` and last `middle_tail` tokens: 65,536 + 65,531 at 131,072), `error`.
+EOS id only. Truncation policies (`TruncationConfig`), always applied to each sequence on its own (never to a
+pair as a whole):
+- `prompt_middle` (training default): a sequence longer than `max_length` keeps its whole response and the
+  first and last parts of its prompt (system prompt and question survive; the middle of the context goes), as
+  the evaluator cuts. The prompt keeps at least `max_length // 8` tokens (or all of it if shorter); only a
+  response longer than the rest is right-cut, its last token forced to EOS and trained. On data whose prompts
+  fit the row this is upstream's rule (upstream right-cuts each sequence, which never reaches the response).
+- `right` (upstream's literal rule): cut to `max_length`, force the last token to EOS and make it a target.
+- `middle` (evaluation): a sequence of `max_length` tokens or more keeps its first `middle_head` and last
+  `middle_tail` tokens: 65,536 + 65,531 at 131,072.
+- `error`: raise.
 `TruncationStats` counts what was cut (thread-safe; logged once per source and queryable).
 """
 
@@ -35,7 +43,8 @@ from longrm_jax.data.records import DataError, Message, PreferenceRecord, Proven
 
 logger = logging.getLogger(__name__)
 
-TruncationPolicy = Literal["right", "middle", "error"]
+TruncationPolicy = Literal["prompt_middle", "right", "middle", "error"]
+TRUNCATION_POLICIES = ("prompt_middle", "right", "middle", "error")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,14 +74,15 @@ class TokenizedGroup:
 
 @dataclasses.dataclass(frozen=True)
 class TruncationConfig:
-    policy: TruncationPolicy = "right"
+    policy: TruncationPolicy = "prompt_middle"
     max_length: int | None = None  # None: no limit (only the packer's row length applies)
     middle_head: int | None = None  # default max_length // 2
     middle_tail: int | None = None  # default max_length // 2 - 5 (upstream: 65,531 at 131,072)
 
     def __post_init__(self):
-        if self.policy not in ("right", "middle", "error"):
-            raise ValueError(f"truncation policy must be right, middle or error, got {self.policy!r}")
+        if self.policy not in TRUNCATION_POLICIES:
+            raise ValueError(f"truncation policy must be one of {', '.join(TRUNCATION_POLICIES)}, "
+                             f"got {self.policy!r}")
 
     @property
     def head_tail(self) -> tuple[int, int]:
@@ -85,15 +95,29 @@ class TruncationConfig:
 EVAL_MIDDLE_TRUNCATION = TruncationConfig(policy="middle", max_length=131_072)
 
 
+# Named counters of what the cutting and packing rules did (see `TruncationStats.count`).
+RULE_COUNTERS = (
+    "prompt_cut_samples",  # prompt cut in its middle to fit the row (response kept whole)
+    "response_cut_samples",  # response right-cut because it alone (nearly) fills the row
+    "own_row_groups",  # groups too long to share a row, given a row of their own ((1 + R) x row length)
+    "identical_pairs_dropped",  # preference groups whose chosen and a rejected came out identical: dropped
+)
+
+
 class TruncationStats:
-    """Thread-safe counters of samples seen/truncated and tokens dropped."""
+    """Thread-safe counters of samples seen/truncated, tokens dropped and the rules applied (`RULE_COUNTERS`)."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self.samples = 0
         self.truncated_samples = 0
         self.dropped_tokens = 0
+        self.rules = dict.fromkeys(RULE_COUNTERS, 0)
         self._warned = False
+
+    def count(self, rule: str, n: int = 1) -> None:
+        with self._lock:
+            self.rules[rule] += n
 
     def record(self, n_samples: int, n_truncated: int, n_dropped: int, where: str = "") -> None:
         with self._lock:
@@ -112,6 +136,7 @@ class TruncationStats:
                 "samples": self.samples,
                 "truncated_samples": self.truncated_samples,
                 "dropped_tokens": self.dropped_tokens,
+                **self.rules,
             }
 
 
@@ -126,13 +151,37 @@ def truncate_middle(ids: Sequence[int] | np.ndarray, max_length: int = 131_072, 
     return np.concatenate([ids[:head], ids[len(ids) - tail:]])
 
 
+def cut_prompt_middle(sample: TokenizedSample, limit: int, eos_id: int,
+                      stats: TruncationStats | None = None) -> TokenizedSample:
+    """Policy `prompt_middle` (module notes): fit `sample` into `limit` tokens, cutting the prompt's middle."""
+    n, p = len(sample), sample.prompt_len
+    if n <= limit:
+        return sample
+    response_len = n - p
+    prompt_keep = min(p, max(limit - response_len, limit // 8))
+    head = prompt_keep // 2
+    keep = np.r_[0:head, p - (prompt_keep - head):p, p:p + min(response_len, limit - prompt_keep)]
+    ids, mask = sample.input_ids[keep].copy(), sample.loss_mask[keep].copy()
+    if prompt_keep < p and stats is not None:
+        stats.count("prompt_cut_samples")
+    if response_len > limit - prompt_keep:
+        ids[-1] = eos_id  # as upstream's right cut: EOS last, trained
+        mask[-1] = 1
+        if stats is not None:
+            stats.count("response_cut_samples")
+    return TokenizedSample(ids, mask, prompt_keep, truncated=True)
+
+
 def truncate_sample(sample: TokenizedSample, cfg: TruncationConfig, eos_id: int,
-                    provenance: Provenance | None = None, max_length: int | None = None) -> TokenizedSample:
+                    provenance: Provenance | None = None, max_length: int | None = None,
+                    stats: TruncationStats | None = None) -> TokenizedSample:
     """Apply `cfg` to one sample (`max_length` overrides `cfg.max_length`, e.g. a packer's cap)."""
     limit = cfg.max_length if max_length is None else max_length
     n = len(sample)
     if limit is None:
         return sample
+    if cfg.policy == "prompt_middle":
+        return cut_prompt_middle(sample, limit, eos_id, stats)
     if cfg.policy == "middle":
         head, tail = cfg.head_tail if max_length is None else (limit // 2, limit - limit // 2 - 5)
         if n < limit:
@@ -154,6 +203,18 @@ def truncate_sample(sample: TokenizedSample, cfg: TruncationConfig, eos_id: int,
     return TokenizedSample(ids, mask, min(sample.prompt_len, limit), truncated=True)
 
 
+def read_chat_template(path: str) -> str:
+    """The text of a Jinja chat-template file (a clear error if it is missing or empty)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise FileNotFoundError(f"chat template file {path}: {e.strerror}") from None
+    if not text.strip():
+        raise ValueError(f"chat template file {path} is empty")
+    return text
+
+
 def _has_enable_thinking(tokenizer) -> bool:
     template = getattr(tokenizer, "chat_template", None) or ""
     if isinstance(template, dict):
@@ -164,9 +225,12 @@ def _has_enable_thinking(tokenizer) -> bool:
 class ChatTokenizer:
     """Wraps an HF tokenizer: templating, prefix split, masks, truncation. Thread-safe for reading."""
 
-    def __init__(self, tokenizer, *, enable_thinking: bool | None = False):
+    def __init__(self, tokenizer, *, enable_thinking: bool | None = False, chat_template: str | None = None):
+        if chat_template is not None:  # an override (e.g. a base model's tokenizer has none)
+            tokenizer.chat_template = chat_template
         if getattr(tokenizer, "chat_template", None) is None:
-            raise ValueError("tokenizer has no chat_template")
+            raise ValueError("tokenizer has no chat_template; give one with --chat-template FILE "
+                             "(data.chat_template in training)")
         if tokenizer.eos_token_id is None:
             raise ValueError("tokenizer has no eos_token")
         self.hf = tokenizer
@@ -180,10 +244,13 @@ class ChatTokenizer:
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
 
     @classmethod
-    def from_dir(cls, path: str, *, enable_thinking: bool | None = False) -> ChatTokenizer:
+    def from_dir(cls, path: str, *, enable_thinking: bool | None = False,
+                 chat_template: str | None = None) -> ChatTokenizer:
+        """Load a tokenizer directory; `chat_template`: a Jinja template *file* replacing the tokenizer's."""
         from transformers import AutoTokenizer
 
-        return cls(AutoTokenizer.from_pretrained(str(path)), enable_thinking=enable_thinking)
+        return cls(AutoTokenizer.from_pretrained(str(path)), enable_thinking=enable_thinking,
+                   chat_template=read_chat_template(chat_template) if chat_template else None)
 
     # -- text level -------------------------------------------------------------------------------------
     def render(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> str:
@@ -265,7 +332,7 @@ class ChatTokenizer:
         raise TypeError(f"cannot tokenize a {type(record).__name__} for training")
 
     def _finish(self, samples, provenance, truncation, stats) -> TokenizedGroup:
-        out = [truncate_sample(s, truncation, self.eos_id, provenance) for s in samples]
+        out = [truncate_sample(s, truncation, self.eos_id, provenance, stats=stats) for s in samples]
         if stats is not None:
             n_trunc = sum(o.truncated for o in out)
             dropped = sum(len(s) - len(o) for s, o in zip(samples, out))

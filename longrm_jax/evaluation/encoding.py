@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from longrm_jax.data.tokenize import ChatTokenizer, truncate_middle
+from longrm_jax.data.tokenize import ChatTokenizer, read_chat_template, truncate_middle
 from longrm_jax.evaluation.prompts import judge_messages, position_letter
 from longrm_jax.evaluation.samples import EvalSample
 
@@ -31,8 +31,10 @@ class ModelDirError(ValueError):
     """The model directory cannot be evaluated (missing tokenizer, config...); the message names the path."""
 
 
-def load_chat_tokenizers(model_path: str) -> tuple[ChatTokenizer, ChatTokenizer]:
-    """(DisRM tokenizer: template kwargs untouched, GRM tokenizer: ``enable_thinking=False``) for a model dir."""
+def load_chat_tokenizers(model_path: str, chat_template: str | None = None) -> tuple[ChatTokenizer, ChatTokenizer]:
+    """(DisRM tokenizer: template kwargs untouched, GRM tokenizer: ``enable_thinking=False``) for a model dir.
+
+    ``chat_template``: a Jinja template file used instead of the tokenizer's (needed where it has none)."""
     if not os.path.isdir(model_path):
         raise ModelDirError(f"{model_path}: model directory not found")
     present = [name for name in _TOKENIZER_FILES if os.path.isfile(os.path.join(model_path, name))]
@@ -48,7 +50,11 @@ def load_chat_tokenizers(model_path: str) -> tuple[ChatTokenizer, ChatTokenizer]
     except Exception as error:  # noqa: BLE001 - re-raised with the path for the user
         raise ModelDirError(f"{model_path}: cannot load the tokenizer ({type(error).__name__}: {error})") from error
     try:
-        return ChatTokenizer(hf_tokenizer, enable_thinking=None), ChatTokenizer(hf_tokenizer, enable_thinking=False)
+        template = read_chat_template(chat_template) if chat_template else None
+        return (ChatTokenizer(hf_tokenizer, enable_thinking=None, chat_template=template),
+                ChatTokenizer(hf_tokenizer, enable_thinking=False, chat_template=template))
+    except FileNotFoundError as error:
+        raise ModelDirError(str(error)) from None
     except ValueError as error:
         raise ModelDirError(f"{model_path}/tokenizer_config.json: {error}") from error
 

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from longrm_jax.data.records import DataError
-from longrm_jax.evaluation import metrics, plots
+from longrm_jax.evaluation import longform, metrics, plots
 from longrm_jax.evaluation.encoding import (
     UPSTREAM_MAX_LENGTH,
     ModelDirError,
@@ -73,6 +73,9 @@ class EvalConfig:
     share_prompt: bool = False  # DisRM: run each sample's common prompt prefix once (single device)
     resume: bool = False  # reuse per-task predictions in save_path/partial from a run with the same settings
     progress: bool = True
+    task_types: Sequence[str] | None = None  # e.g. ("PairWise",): evaluate only those Long-RewardBench samples
+    longform_protocol: str = "pointwise"  # GRM on Long-form files: "pointwise" (each response alone) or "joint"
+    chat_template: str | None = None  # Jinja template file replacing (or supplying) the tokenizer's
 
     def resolved_save_path(self) -> str:
         if self.save_path:
@@ -83,9 +86,17 @@ class EvalConfig:
 def load_samples(cfg: EvalConfig) -> list[EvalSample]:
     """Every sample of the requested task files, validated before any model is loaded."""
     out = []
+    if cfg.task_types:
+        unknown = set(cfg.task_types) - {"PairWise", "BestOfN"}
+        if unknown:
+            raise BenchDataError(f"task types {sorted(unknown)} unknown; choose from PairWise, BestOfN")
     for task, path in discover_task_files(cfg.data_path, cfg.tasks):
         samples = load_task_file(path, task, cfg.seed)
+        if cfg.task_types:  # Long-form records have no task type and are kept
+            samples = [s for s in samples if s.benchmark == LONG_FORM or s.tasktype in cfg.task_types]
         out.extend(samples[: cfg.limit] if cfg.limit else samples)
+    if not out:
+        raise BenchDataError(f"{cfg.data_path}: no sample left to evaluate (--task-types {cfg.task_types})")
     return out
 
 
@@ -187,9 +198,7 @@ def summarize(predictions: list[dict], tasks: Sequence[str]) -> dict:
         summary["auc"] = metrics.auc_report(bench, bench_tasks)
     if long_form:
         subsets = list(dict.fromkeys(p["task"] for p in long_form))
-        lf_rows = [(s, round(float(np.mean([p["correct"] for p in long_form if p["task"] == s])), 5))
-                   for s in subsets]
-        lf_rows.append(("AVG.", round(float(np.mean([p["correct"] for p in long_form])), 5)))
+        lf_rows = longform.summary_rows(long_form)  # best-of-N and per-pair binary accuracy
         rows += [(f"LongForm/{label}" if bench else label, value) for label, value in lf_rows]
         summary["long_form_auc"] = metrics.auc_report(long_form, subsets)
     summary["results"] = dict(rows)
@@ -242,7 +251,8 @@ def result_settings(cfg: EvalConfig) -> dict:
     """The settings that change predictions (a partial result is reused only when they all match)."""
     return {"model_path": os.path.realpath(cfg.model_path), "is_disrm": cfg.is_disrm, "seed": cfg.seed,
             "max_new_tokens": cfg.max_new_tokens, "both_orders": cfg.both_orders, "max_length": cfg.max_length,
-            "dtype": cfg.dtype, "limit": cfg.limit}
+            "dtype": cfg.dtype, "limit": cfg.limit, "task_types": list(cfg.task_types or []),
+            "longform_protocol": cfg.longform_protocol, "chat_template": cfg.chat_template}
 
 
 class PartialResults:
@@ -295,7 +305,9 @@ def run_evaluation(cfg: EvalConfig) -> dict:
     if os.path.realpath(cfg.resolved_save_path()) == os.path.realpath(data_dir):
         raise BenchDataError(f"{cfg.resolved_save_path()}: --save-path must differ from the data directory "
                              "(per-task result files would overwrite the task files)")
-    disrm_tokenizer, grm_tokenizer = load_chat_tokenizers(cfg.model_path)
+    if cfg.longform_protocol not in ("pointwise", "joint"):
+        raise BenchDataError(f"longform protocol must be pointwise or joint, got {cfg.longform_protocol!r}")
+    disrm_tokenizer, grm_tokenizer = load_chat_tokenizers(cfg.model_path, cfg.chat_template)
     samples = load_samples(cfg)
     logger.info("%d samples from %s", len(samples), cfg.data_path)
     partial = PartialResults(os.path.join(cfg.resolved_save_path(), "partial"), result_settings(cfg))
@@ -312,6 +324,8 @@ def run_evaluation(cfg: EvalConfig) -> dict:
             model = load_model(cfg, mesh)
         if cfg.is_disrm:
             done = run_disrm(cfg, group, model, disrm_tokenizer, mesh)
+        elif group[0].benchmark == LONG_FORM and cfg.longform_protocol == "pointwise":
+            done = longform.run_pointwise_grm(cfg, group, model, grm_tokenizer, mesh)
         else:
             done = run_grm(cfg, group, model, grm_tokenizer, mesh)
         partial.save(path, done)

@@ -39,6 +39,10 @@ class ModelSection:
 @dataclass
 class DataSection:
     source: str = "synthetic"  # "synthetic" or a dataset path the data package reads
+    # Several datasets blended (replaces `source` when given): entries `{path: P, ratio: 0.5}` (that fraction of
+    # its rows), `{path: P, count: 1000}` (that many) or a plain path (all rows); see data.blend.
+    sources: list = field(default_factory=list)
+    chat_template: str | None = None  # Jinja template file replacing (or supplying) the tokenizer's
     eval_source: str | None = None  # None: held-out synthetic pairs / the source's eval split
     tokenizer: str | None = None  # None: the bundled tiny tokenizer
     seq_len: int = 512  # tokens per row (T): a packed row, or one sequence with layout "rows"
@@ -61,6 +65,13 @@ class DataSection:
     # "halving": seq_len / 2^k; "linear": seq_len * (k + 1) / num_buckets (padding per row < seq_len / num_buckets)
     bucket_scheme: str = "halving"
     window_groups: int = 256  # groups packed together by the pipeline (fuller rows vs memory)
+    # Chat template's enable_thinking: null renders without the variable, as upstream training (Qwen3: the
+    # response opens with the empty think block, which is trained); false moves that block into the masked prompt.
+    enable_thinking: bool | None = None
+    # Each sequence longer than its row, on its own: "prompt_middle" (the middle of the prompt goes, the response
+    # stays), "right" (upstream's literal right cut, EOS forced) or "error". A pair is never cut as a whole: one
+    # too long to share a row (packed layout) gets a row of its own, (1 + num_rejects) x seq_len long.
+    truncation: str = "prompt_middle"
     worker_count: int = 2  # pipeline threads tokenizing / packing windows ahead
 
 
@@ -73,6 +84,11 @@ class LossSection:
     margin: float = 0.0  # Bradley-Terry
     center_rewards_coefficient: float = 0.0
     chunk_tokens: int = 8192  # tokens per chunk of the fp32 logits in response log-probs
+    # SimPO loss: "sigmoid" (-log s(z), label smoothing applies) or "hinge" (relu(1 - z)), z = beta dpi - gamma.
+    loss_type: str = "sigmoid"
+    # "upstream": mean over each microbatch's pairs (SFT: of per-sample token means), then over microbatches;
+    # "global_tokens": one mean over the global batch's pairs (SFT: trained tokens). README "Loss reduction".
+    reduction: str = "upstream"
 
 
 @dataclass
@@ -93,7 +109,8 @@ class LoraSection:
     alpha: float = 8.0
     # Parameter-path suffixes that get adapters; "all-linear" means every projection of the decoder.
     targets: list = field(default_factory=lambda: ["all-linear"])
-    # Modules trained fully next to the adapters (peft's modules_to_save; the new score head for bt).
+    # Modules trained fully next to the adapters (peft's modules_to_save; a new score head for bt). Upstream's
+    # DisRM instead lists `score` in `targets` (a rank-r adapter on the frozen head) and trains nothing fully.
     train_modules: list = field(default_factory=lambda: ["score"])
 
 

@@ -28,7 +28,8 @@ def load_tokenizer(cfg: TrainConfig) -> ChatTokenizer:
         from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
 
         path = TINY_TOKENIZER_DIR
-    return ChatTokenizer.from_dir(path)
+    return ChatTokenizer.from_dir(path, enable_thinking=cfg.data.enable_thinking,
+                                  chat_template=cfg.data.chat_template)
 
 
 def _synthetic_rows(cfg: TrainConfig, n: int, seed: int) -> list[dict]:
@@ -72,15 +73,20 @@ def slots(cfg: TrainConfig) -> int | None:
 
 def packed_batches(cfg: TrainConfig, tokenizer: ChatTokenizer, records, *, sft: bool, batch_rows: int) -> list[dict]:
     r = 0 if sft else cfg.data.num_rejects
-    trunc = TruncationConfig(policy="right", max_length=cfg.data.seq_len)
+    trunc = TruncationConfig(policy=cfg.data.truncation, max_length=cfg.data.seq_len)
     groups = [tokenizer.tokenize(rec, num_rejects=max(r, 1), truncation=trunc) for rec in records]
     k = slots(cfg)
     return pack_batches(groups, ((k or 1) * cfg.data.seq_len,), batch_rows, 1 + r, tokenizer.pad_id,
-                        tokenizer.eos_id, slotted=k is not None)
+                        tokenizer.eos_id, cfg.data.truncation, slotted=k is not None)
 
 
 def train_records(cfg: TrainConfig):
     sft = cfg.stage == "sft"
+    if cfg.data.sources:
+        from longrm_jax.data.blend import BlendSource, blend
+
+        sources = [BlendSource.parse(entry, f"data.sources[{i}]") for i, entry in enumerate(cfg.data.sources)]
+        return blend(sources, lambda path: _file_records(cfg, path, sft), seed=cfg.seed)
     if cfg.data.source == "synthetic":
         return _records(cfg, _synthetic_rows(cfg, cfg.data.num_train, cfg.seed), "synthetic:train", sft)
     return _file_records(cfg, cfg.data.source, sft)
@@ -107,7 +113,7 @@ def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, 
         bucket_scheme=d.bucket_scheme,
         batch_size=cfg.pipeline_rows_per_step, seed=cfg.seed, shuffle=d.shuffle, num_epochs=num_epochs,
         window_groups=d.window_groups, num_threads=max(1, d.worker_count), slotted=k > 1,
-        sample_max_length=d.seq_len if k > 1 else None,
+        sample_max_length=d.seq_len, truncation=d.truncation,
     )
 
 

@@ -1,8 +1,9 @@
 """Train state (trainable params, frozen params, optax state, step), the optimizer and its sharding.
 
 Full fine-tuning: ``params`` holds every model parameter, ``frozen`` is empty. LoRA: ``params`` holds the
-adapters (``.../lora_a``, ``.../lora_b``) and the fully trained modules (e.g. the score head), ``frozen`` the
-base weights. ``effective_params`` gives the weights the model runs with in both cases.
+adapters (``.../lora_a``, ``.../lora_b``; the score head too when it is a LoRA target, as upstream's DisRM) and
+the fully trained modules (``lora.train_modules``, e.g. a new score head), ``frozen`` the base weights.
+``effective_params`` gives the weights the model runs with in both cases.
 
 Master weights and optimizer state live in ``model.param_dtype`` (fp32 by default); the model casts weights to
 its compute dtype inside each layer, so gradients arrive in the master dtype.

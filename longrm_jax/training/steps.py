@@ -3,9 +3,18 @@
 A step receives a prepared batch (see ``training.batches``): [B, T] arrays ``input_ids``, ``positions``,
 ``segment_ids``, ``targets`` (next token within the segment, -1 elsewhere), ``target_mask``,
 ``last_token_mask``, and [B] ``num_groups``; slotted batches (``StageSpec.slotted``) have [B, k, T / k] arrays,
-one group of k sequences per row. Losses are sums over the microbatch divided by the count over
-the *whole* global batch (trained tokens for SFT, valid groups for SimPO / BT), so gradient accumulation and
-any sharding give the upstream mean exactly.
+one group of k sequences per row.
+
+Loss reduction (``loss.reduction``):
+- ``upstream`` (default): as the upstream trainer, where one micro-step is one bucket: the loss of a microbatch
+  (``B / grad_accum`` rows) is the mean over its items, and the step's loss the mean over its non-empty
+  microbatches. Items: pairs (SimPO / BT) or samples (SFT, each weighed by its own token mean: the mean of
+  per-sample token means, whatever their lengths). With packed rows a microbatch holds several items, so this is
+  upstream's bucket mean with our microbatch as the bucket.
+- ``global_tokens``: sums over the microbatch divided by the count over the *whole* global batch (trained
+  tokens for SFT, valid groups for SimPO / BT): every token (SFT) or pair weighs the same, independent of how
+  the rows were packed or split into microbatches.
+Both are exact under any sharding: counts are global (``upstream``: per microbatch, over every device).
 """
 
 from __future__ import annotations
@@ -45,11 +54,20 @@ class StageSpec:
         return self.max_groups * (1 + self.num_rejects)
 
 
-def batch_count(batch: dict, spec: StageSpec) -> jax.Array:
-    """Normaliser of the loss over a (global) batch: trained tokens (sft) or valid groups."""
-    if spec.stage == "sft":
-        return jnp.maximum(batch["target_mask"].astype(jnp.float32).sum(), 1.0)
+REDUCTIONS = ("upstream", "global_tokens")
+
+
+def item_count(batch: dict, spec: StageSpec) -> jax.Array:
+    """Items (valid groups: pairs, or SFT samples) in a batch, at least 1."""
     return jnp.maximum(jnp.minimum(batch["num_groups"], spec.max_groups).astype(jnp.float32).sum(), 1.0)
+
+
+def batch_count(batch: dict, spec: StageSpec, reduction: str = "global_tokens") -> jax.Array:
+    """Normaliser of the summed metrics over a (global) batch: trained tokens (sft with ``global_tokens``) or
+    items (valid groups / samples)."""
+    if spec.stage == "sft" and reduction == "global_tokens":
+        return jnp.maximum(batch["target_mask"].astype(jnp.float32).sum(), 1.0)
+    return item_count(batch, spec)
 
 
 def group_values(model, batch: dict, cfg: TrainConfig, spec: StageSpec):
@@ -94,16 +112,24 @@ def lm_head_on_all_tokens() -> bool:
 
 
 def loss_sums(model, batch: dict, cfg: TrainConfig, spec: StageSpec) -> tuple[jax.Array, dict]:
-    """(summed loss, summed metrics) over a microbatch."""
+    """(summed loss, summed metrics) over a microbatch. SFT sums token NLLs (``global_tokens``) or per-sample
+    token means (``upstream``)."""
     if spec.stage == "sft":
-        nll = losses.sft_loss(token_logprobs(model, batch, cfg), batch["target_mask"]).sum()
+        lp = token_logprobs(model, batch, cfg)
+        if cfg.loss.reduction == "upstream":
+            mean_lp, counts = losses.segment_mean_logprobs(lp, batch["target_mask"], batch["segment_ids"],
+                                                           spec.num_segments)
+            nll = -(mean_lp * (counts > 0)).sum()
+        else:
+            nll = losses.sft_loss(lp, batch["target_mask"]).sum()
         zero = jnp.zeros((), jnp.float32)
         return nll, {"loss": nll, "chosen_reward": zero, "rejected_reward": zero, "accuracy": zero, "margin": zero}
     chosen, rejected, valid = group_values(model, batch, cfg, spec)
     lc = cfg.loss
     if spec.stage == "simpo":
         per = losses.simpo_loss(chosen, rejected, beta=lc.beta, gamma=lc.gamma,
-                                label_smoothing=lc.label_smoothing, nll_weight=lc.nll_weight)
+                                label_smoothing=lc.label_smoothing, nll_weight=lc.nll_weight,
+                                loss_type=lc.loss_type)
         rc, rr = lc.beta * chosen, lc.beta * rejected.mean(-1)
     else:
         per = losses.bradley_terry_loss(chosen, rejected, margin=lc.margin,
@@ -152,13 +178,21 @@ def make_train_step(cfg: TrainConfig, codec: ParamCodec, tx, spec: StageSpec, sc
     reaches the parameters or a checkpoint.
     """
     accum = cfg.grad_accum
+    reduction = cfg.loss.reduction
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"loss.reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
 
     def gradients(state: TrainState, batch: dict):
-        norm = batch_count(batch, spec)
+        norm = batch_count(batch, spec, reduction)
+        if reduction == "upstream":  # the mean over non-empty microbatches of each one's item mean
+            per_micro = jnp.minimum(batch["num_groups"], spec.max_groups).reshape(-1, accum).sum(0)
+            nonempty = jnp.maximum((per_micro > 0).sum().astype(jnp.float32), 1.0)
 
         def micro_loss(params, mb):
             model = codec.model(effective_params(cfg, params, state.frozen))
             total, sums = loss_sums(model, mb, cfg, spec)
+            if reduction == "upstream":
+                return total / item_count(mb, spec) / nonempty, sums
             return total / norm, sums
 
         grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
@@ -166,24 +200,27 @@ def make_train_step(cfg: TrainConfig, codec: ParamCodec, tx, spec: StageSpec, sc
         # ragged attention backward (read while the backward is traced, i.e. inside this block).
         with cudnn_packed.max_segments_per_row(spec.num_segments + 1):
             if accum == 1:
-                (_, sums), grads = grad_fn(state.params, batch)
+                (objective, sums), grads = grad_fn(state.params, batch)
             else:
                 def body(carry, mb):
-                    g_acc, s_acc = carry
-                    (_, s), g = grad_fn(state.params, mb)
-                    return (jax.tree.map(jnp.add, g_acc, g), jax.tree.map(jnp.add, s_acc, s)), None
+                    g_acc, s_acc, o_acc = carry
+                    (o, s), g = grad_fn(state.params, mb)
+                    return (jax.tree.map(jnp.add, g_acc, g), jax.tree.map(jnp.add, s_acc, s), o_acc + o), None
 
                 zeros_g = jax.tree.map(jnp.zeros_like, state.params)
                 zeros_s = {k: jnp.zeros((), jnp.float32) for k in METRIC_KEYS}
-                (grads, sums), _ = jax.lax.scan(body, (zeros_g, zeros_s), _microbatches(batch, accum))
-        return grads, {"sums": sums, "count": norm, "tokens": (batch["segment_ids"] > 0).sum()}
+                (grads, sums, objective), _ = jax.lax.scan(
+                    body, (zeros_g, zeros_s, jnp.zeros((), jnp.float32)), _microbatches(batch, accum))
+        return grads, {"sums": sums, "objective": objective, "count": norm,
+                       "tokens": (batch["segment_ids"] > 0).sum()}
 
     def update(state: TrainState, grads, aux: dict):
         norm = aux["count"]
         grad_norm = optax.global_norm(grads)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = {k: v / norm for k, v in aux["sums"].items()}
+        # The loss as optimised (its reduction); the other metrics are means over the batch's items.
+        metrics = {k: v / norm for k, v in aux["sums"].items()} | {"loss": aux["objective"]}
         ok = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
         new = TrainState(state.step + 1, params, state.frozen, opt_state)
         new = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state)
