@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
 from longrm_jax.evaluation.samples import DEFAULT_SEED
 from longrm_jax.models.xla_flags import GPU_DECODE_XLA_FLAGS, add_gpu_xla_flags
-
-MESH_AXES = ("data", "fsdp", "seq", "tensor")
+from longrm_jax.parallel.mesh import MESH_AXES
 
 
 def parse_mesh(text: str | None) -> dict[str, int] | None:

@@ -58,15 +58,11 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
-import importlib  # noqa: E402
-
-from longrm_jax.ops import flash  # noqa: E402
+from longrm_jax.ops import attention, dispatch, flash  # noqa: E402
+from longrm_jax.ops.ring import ring_attention  # noqa: E402
 from longrm_jax.ops.xla_attention import xla_attention_with_lse  # noqa: E402
 from longrm_jax.parallel.mesh import make_mesh  # noqa: E402
-from longrm_jax.parallel.ring_attention import ring_attention, zigzag_reorder, zigzag_restore  # noqa: E402
-
-# The module, not the function of the same name that longrm_jax.ops re-exports.
-attention_mod = importlib.import_module("longrm_jax.ops.attention")
+from longrm_jax.parallel.zigzag import zigzag_reorder, zigzag_restore  # noqa: E402
 
 ALL_IMPLS = ("torch", "cudnn", "pallas", "pallas-mosaic", "pallas-triton", "xla")
 TAKES_SEGMENTS = ("pallas", "pallas-mosaic", "pallas-triton", "xla")
@@ -125,7 +121,7 @@ def jax_impl(name):
     if name != "xla":
         kernel = flash.get_kernel(name)  # raises AttentionNotSupportedError when unavailable
         _ = getattr(kernel, "op", None)  # tokamax: fails here if this platform has no such kernel
-    return lambda q, k, v, seg=None: attention_mod.attention(q, k, v, segment_ids=seg, impl=name)
+    return lambda q, k, v, seg=None: attention(q, k, v, segment_ids=seg, impl=name)
 
 
 def fwd_and_grad_fns(attn):
@@ -383,7 +379,7 @@ def bench_ring(args, rows, notes):
         print("  " + notes[-1], flush=True)
 
     # Throughput: per-GPU length L, global n x L, against the single-device kernel at L.
-    single_impl = attention_mod.local_impl(impl)
+    single_impl = dispatch.local_impl(impl)
     for per_gpu in args.lengths:
         t = n * per_gpu
         try:

@@ -1,15 +1,17 @@
 """Synthetic needle data: deterministic, no length/style shortcut, answerable only from the context; tiny
-tokenizer is committed, loads offline and is rebuilt identically."""
+tokenizer is committed, loads offline and scripts/build_tiny_tokenizer.py rebuilds it identically."""
 
 import json
 import os
 import random
+import subprocess
+import sys
 
 import pytest
 
 from longrm_jax.data import synthetic
 from longrm_jax.data.readers import read_records
-from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR, build_tiny_tokenizer, load_tiny_tokenizer
+from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR, load_tiny_tokenizer
 from longrm_jax.data.tokenize import ChatTokenizer
 
 
@@ -82,5 +84,6 @@ def test_tiny_tokenizer_committed_and_reproducible(tmp_path, tok):
     assert 512 <= len(tok.hf) <= 2048
     for special in ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>"):
         assert len(tok.encode(special)) == 1
-    build_tiny_tokenizer(str(tmp_path))
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "build_tiny_tokenizer.py")
+    subprocess.run([sys.executable, script, "--out", str(tmp_path)], check=True, capture_output=True)
     assert open(tmp_path / "tokenizer.json").read() == open(os.path.join(TINY_TOKENIZER_DIR, "tokenizer.json")).read()

@@ -6,7 +6,6 @@ xla block backward, same contract: gradients from the given out and LSE), and th
 kernels run in scripts/bench_attention.py on the lent GPUs.
 """
 
-import importlib
 import logging
 
 import jax
@@ -14,12 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from longrm_jax.ops import cudnn_flash, dense_reference, flash
+from longrm_jax.ops import cudnn_flash, dense_reference, dispatch, flash
+from longrm_jax.ops.ring import ring_attention
 from longrm_jax.ops.xla_attention import xla_attention_bwd
 from longrm_jax.parallel.mesh import make_mesh
-from longrm_jax.parallel.ring_attention import ring_attention, zigzag_reorder, zigzag_restore
-
-attention_mod = importlib.import_module("longrm_jax.ops.attention")  # the module, not the re-exported function
+from longrm_jax.parallel.zigzag import zigzag_reorder, zigzag_restore
 
 B, T, HQ, HKV, D = 2, 64, 8, 2, 16
 
@@ -141,18 +139,18 @@ def test_ring_backward_with_hybrid_blocks(fake_cudnn):
 
 
 def test_auto_picks_the_fastest_fwd_bwd_kernel(monkeypatch):
-    monkeypatch.setattr(attention_mod.jax, "default_backend", lambda: "gpu")
-    monkeypatch.setattr(attention_mod, "_gpu_compute_capability", lambda: 9.0)
+    monkeypatch.setattr(dispatch.jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(dispatch, "_gpu_compute_capability", lambda: 9.0)
     monkeypatch.setattr(flash, "tokamax_available", lambda: True)
     monkeypatch.setattr(flash, "hybrid_available", lambda: True)
-    assert attention_mod.local_impl("auto") == "pallas"
-    assert attention_mod.local_impl("auto", has_segment_ids=True) == "pallas"
+    assert dispatch.local_impl("auto") == "pallas"
+    assert dispatch.local_impl("auto", has_segment_ids=True) == "pallas"
     monkeypatch.setattr(flash, "hybrid_available", lambda: False)  # tokamax alone loses fwd+bwd to cuDNN
-    assert attention_mod.local_impl("auto") == "cudnn"
-    assert attention_mod.local_impl("auto", has_segment_ids=True) == "pallas"
+    assert dispatch.local_impl("auto") == "cudnn"
+    assert dispatch.local_impl("auto", has_segment_ids=True) == "pallas"
     monkeypatch.setattr(flash, "tokamax_available", lambda: False)
-    assert attention_mod.local_impl("auto", has_segment_ids=True) == "xla"
-    assert attention_mod.local_impl("pallas-mosaic") == "pallas-mosaic"
+    assert dispatch.local_impl("auto", has_segment_ids=True) == "xla"
+    assert dispatch.local_impl("pallas-mosaic") == "pallas-mosaic"
 
 
 def test_ring_with_cudnn_blocks(fake_cudnn, monkeypatch):

@@ -13,7 +13,8 @@ from longrm_jax import ops
 from longrm_jax.ops import AttentionNotSupportedError, dense_reference
 from longrm_jax.ops.flash import CudnnKernel, segment_key_ranges
 from longrm_jax.parallel.mesh import make_mesh
-from longrm_jax.parallel.ring_attention import ring_attention, zigzag_reorder, zigzag_restore
+from longrm_jax.ops.ring import ring_attention
+from longrm_jax.parallel.zigzag import zigzag_reorder, zigzag_restore
 
 B, T, HQ, HKV, D = 2, 64, 8, 2, 16
 

@@ -28,6 +28,7 @@ import random
 from collections.abc import Callable, Sequence
 
 from longrm_jax.data.records import BEST_OF_N, LONG_REWARDBENCH_TASKS, PAIRWISE
+from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
 
 COLORS = ("blue", "red", "green", "yellow", "black", "white", "silver", "golden")
 OBJECTS = ("vault", "gate", "locker", "chest", "door", "safe", "cabinet", "tower")
@@ -76,8 +77,6 @@ def approx_token_count(text: str) -> int:
 
 def default_token_counter() -> Callable[[str], int]:
     """Token counter of the committed tiny tokenizer (falls back to a word estimate if it is missing)."""
-    from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
-
     if not os.path.exists(os.path.join(TINY_TOKENIZER_DIR, "tokenizer.json")):
         return approx_token_count
     from tokenizers import Tokenizer

@@ -29,9 +29,10 @@ import numpy as np
 from jax.sharding import Mesh
 
 from longrm_jax.evaluation.batching import PAD_POSITION, pad_rows, plan_batches
-from longrm_jax.evaluation.scoring import mesh_sizes, place_batch
+from longrm_jax.evaluation.scoring import mesh_sizes
 from longrm_jax.models.layers import constrain
-from longrm_jax.parallel.ring_attention import zigzag_permutation
+from longrm_jax.parallel.placement import place_batch
+from longrm_jax.parallel.zigzag import zigzag_permutation
 
 
 @dataclasses.dataclass

@@ -109,7 +109,7 @@ def build_mesh(spec: dict[str, int] | None):
 
 
 def load_model(cfg: EvalConfig, mesh):
-    from longrm_jax import load_pretrained
+    from longrm_jax.hf.load import load_pretrained
 
     return load_pretrained(cfg.model_path, dtype=cfg.dtype, mesh=mesh,
                            head="classifier" if cfg.is_disrm else "causal_lm")

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 
 from longrm_jax.evaluation.batching import pad_rows, plan_batches
-from longrm_jax.parallel.mesh import logical_to_spec
-from longrm_jax.parallel.ring_attention import zigzag_permutation
+from longrm_jax.parallel.placement import place_batch
+from longrm_jax.parallel.zigzag import zigzag_permutation
 
 
 def mesh_sizes(mesh: Mesh | None) -> tuple[int, int]:
@@ -29,14 +29,6 @@ def mesh_sizes(mesh: Mesh | None) -> tuple[int, int]:
         return 1, 1
     shape = dict(mesh.shape)
     return shape.get("data", 1) * shape.get("fsdp", 1), shape.get("seq", 1)
-
-
-def place_batch(array: np.ndarray, mesh: Mesh | None, names=("batch", "seq")) -> jax.Array:
-    """Put a host [B, T] (or [B]) array on device, batch split over data x fsdp and tokens over seq."""
-    if mesh is None:
-        return jnp.asarray(array)
-    spec = logical_to_spec(names[: array.ndim], mesh=mesh)
-    return jax.device_put(array, NamedSharding(mesh, spec))
 
 
 def _classifier_scores(model, input_ids):

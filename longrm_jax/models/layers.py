@@ -15,8 +15,9 @@ import jax.numpy as jnp
 
 from longrm_jax.models.config import ModelConfig
 from longrm_jax.models.rope import apply_rope
-from longrm_jax.ops.attention import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME
+from longrm_jax.ops.contract import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME
 from longrm_jax.parallel.mesh import logical_to_spec
+from longrm_jax.parallel.placement import fit_spec
 
 
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
@@ -34,13 +35,7 @@ def constrain(x: jax.Array, names: tuple[str | None, ...], rules) -> jax.Array:
     spec = logical_to_spec(names, dict(rules) if rules is not None else None, mesh)
     # A dimension its mesh axes do not divide (e.g. batch 1 while decoding on an fsdp mesh) stays replicated
     # instead of failing.
-    dims = []
-    for size, axes in zip(x.shape, tuple(spec) + (None,) * (x.ndim - len(spec))):
-        parts = 1
-        for ax in (axes,) if isinstance(axes, str) else (axes or ()):
-            parts *= mesh.shape[ax]
-        dims.append(axes if size % parts == 0 else None)
-    return jax.lax.with_sharding_constraint(x, jax.sharding.PartitionSpec(*dims))
+    return jax.lax.with_sharding_constraint(x, fit_spec(spec, x.shape, mesh))
 
 
 def _cast(p: dict, dtype) -> dict:

@@ -1,17 +1,13 @@
-"""Kernels that know no model: the attention entry point and its implementations.
+"""Kernels that know no model: the attention entry point, its implementations and ring attention.
 
-``ring_attention`` (from ``longrm_jax.parallel.ring_attention``) is re-exported lazily: parallel imports ops
-for its block kernels, so an eager import here would be circular.
+Inside the package the modules import one way: ``contract`` (names, errors, shape checks) <- kernels
+(``xla_attention``, ``cudnn_flash``, ``flash``) <- ``dispatch`` (which kernel) <- ``ring`` <- ``attention``.
 """
 
-from longrm_jax.ops.attention import (
-    IMPLEMENTATIONS,
-    AttentionNotSupportedError,
-    attention,
-    attention_with_lse,
-    dense_reference,
-    resolve_impl,
-)
+from longrm_jax.ops.attention import attention, attention_with_lse, dense_reference
+from longrm_jax.ops.contract import IMPLEMENTATIONS, AttentionNotSupportedError
+from longrm_jax.ops.dispatch import resolve_impl
+from longrm_jax.ops.ring import ring_attention
 
 __all__ = [
     "IMPLEMENTATIONS",
@@ -22,11 +18,3 @@ __all__ = [
     "resolve_impl",
     "ring_attention",
 ]
-
-
-def __getattr__(name):
-    if name == "ring_attention":
-        from longrm_jax.parallel.ring_attention import ring_attention
-
-        return ring_attention
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

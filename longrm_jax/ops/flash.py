@@ -36,7 +36,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.custom_derivatives import SymbolicZero
 
 from longrm_jax.ops import cudnn_flash, cudnn_packed
-from longrm_jax.ops.attention import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME, AttentionNotSupportedError
+from longrm_jax.ops.contract import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME, AttentionNotSupportedError
 
 
 # ------------------------------------------------------------------------------------------ tokamax

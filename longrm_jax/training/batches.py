@@ -11,17 +11,19 @@ see ``data.packing``) is then reshaped to [B, k, T / k]: one sequence per row, w
 model without segment ids (on GPU the attention backward is then cuDNN's flash kernel; packed rows need
 tokamax's, which does not skip other segments' blocks).
 Then, with a ``seq`` mesh axis of size s > 1, every row is permuted by
-``parallel.ring_attention.zigzag_permutation`` so each device's contiguous slice holds its zigzag chunks.
+``parallel.zigzag.zigzag_permutation`` so each device's contiguous slice holds its zigzag chunks.
 """
 
 from __future__ import annotations
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+
+from longrm_jax.parallel.placement import batch_spec, place_process_rows
+from longrm_jax.parallel.zigzag import zigzag_permutation
 
 ROW_KEYS = ("input_ids", "positions", "segment_ids", "targets", "target_mask", "last_token_mask")
-BATCH_AXES = ("data", "fsdp")
 
 
 def prepare(batch: dict, *, seq_shards: int = 1, slots: int | None = None) -> dict:
@@ -53,22 +55,16 @@ def prepare(batch: dict, *, seq_shards: int = 1, slots: int | None = None) -> di
             raise ValueError(f"slotted batch: row length {t} is not a multiple of {slots} slots")
         out = {k: v.reshape(b, slots, t // slots) for k, v in out.items()}
     if seq_shards > 1:
-        perm = _zigzag(out["input_ids"].shape[-1], seq_shards)
+        perm = np.asarray(zigzag_permutation(out["input_ids"].shape[-1], seq_shards))
         out = {k: v[..., perm] for k, v in out.items()}
     out["num_groups"] = np.asarray(num_groups, np.int32)
     return out
 
 
-def _zigzag(seq_len: int, shards: int) -> np.ndarray:
-    from longrm_jax.parallel.ring_attention import zigzag_permutation
-
-    return np.asarray(zigzag_permutation(seq_len, shards))
-
-
 def batch_shardings(mesh, *, slotted: bool = False) -> dict:
-    rows = NamedSharding(mesh, P(BATCH_AXES, None, "seq") if slotted else P(BATCH_AXES, "seq"))
+    rows = NamedSharding(mesh, batch_spec(3 if slotted else 2, slotted=slotted))
     out = {k: rows for k in ROW_KEYS}
-    out["num_groups"] = NamedSharding(mesh, P(BATCH_AXES))
+    out["num_groups"] = NamedSharding(mesh, batch_spec(1))
     return out
 
 
@@ -77,14 +73,7 @@ def to_global(local: dict, mesh) -> dict:
 
     With several processes each one passes its own ``B / process_count`` rows, in process order.
     """
-    sh = batch_shardings(mesh, slotted=np.ndim(local["input_ids"]) == 3)
-    if jax.process_count() == 1:
-        return {k: jax.device_put(v, sh[k]) for k, v in local.items()}
-    out = {}
-    for k, v in local.items():
-        global_shape = (v.shape[0] * jax.process_count(),) + v.shape[1:]
-        out[k] = jax.make_array_from_process_local_data(sh[k], v, global_shape)
-    return out
+    return place_process_rows(local, batch_shardings(mesh, slotted=np.ndim(local["input_ids"]) == 3))
 
 
 def process_rows(batch: dict) -> dict:

@@ -116,7 +116,7 @@ def load_model(cfg: TrainConfig, mesh, tokenizer=None) -> tuple[ModelConfig, Par
 
 
 def _load_hf(cfg: TrainConfig, path: str, mesh) -> tuple[ModelConfig, ParamCodec, dict]:
-    from longrm_jax import load_pretrained
+    from longrm_jax.hf.load import load_pretrained
 
     model = load_pretrained(path, dtype=cfg.model.compute_dtype, param_dtype=cfg.model.param_dtype,
                             mesh=mesh, head=cfg.head)

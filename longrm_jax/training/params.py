@@ -17,6 +17,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from longrm_jax.parallel.mesh import logical_to_spec
+from longrm_jax.parallel.placement import fit_spec
 
 
 def path_key(path: tuple) -> str:
@@ -58,22 +59,8 @@ class ParamCodec:
             names = self.logical_names(key)
             shape = var.get_value().shape
             spec = logical_to_spec(names, rules, mesh) if names and len(names) == len(shape) else P()
-            out[key] = _drop_indivisible(spec, shape, mesh)
+            out[key] = fit_spec(spec, shape, mesh)  # tiny test models: replicate what does not divide
         return out
-
-
-def _drop_indivisible(spec: P, shape, mesh) -> P:
-    """Replicate dimensions whose size the assigned mesh axes do not divide (tiny test models)."""
-    if mesh is None:
-        return spec
-    fixed = []
-    for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
-        names = (axes,) if isinstance(axes, str) else tuple(axes or ())
-        size = 1
-        for a in names:
-            size *= mesh.shape[a]
-        fixed.append(axes if size == 1 or dim % size == 0 else None)
-    return P(*fixed)
 
 
 def shardings(specs, mesh):

@@ -11,8 +11,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from longrm_jax import ops
 from longrm_jax.ops import dense_reference
 from longrm_jax.parallel.mesh import make_mesh
-from longrm_jax.parallel.ring_attention import (
-    ring_attention,
+from longrm_jax.ops.ring import ring_attention
+from longrm_jax.parallel.zigzag import (
     zigzag_inverse_permutation,
     zigzag_permutation,
     zigzag_reorder,

@@ -13,7 +13,7 @@ saved by the forward pass, which makes every block's share exact (autodiff throu
 is not reliable: cuDNN drops that cotangent).
 
 Causal masking and load balance. With ``zigzag=True`` the global sequence is cut into 2n chunks and device
-r holds chunks ``r`` and ``2n-1-r`` (``zigzag_permutation``), so every device does the same work:
+r holds chunks ``r`` and ``2n-1-r`` (``parallel.zigzag``), so every device does the same work:
   - step 0 (its own block): a causal call on the local tokens (local order is increasing in global order);
   - a block from device j < r: all local queries see exactly the first half of the keys (non-causal call);
   - a block from device j > r: exactly the second half of the queries see all the keys (non-causal call).
@@ -21,9 +21,9 @@ Every off-diagonal step is thus a half-size call with no mask, chosen with ``lax
 is never computed. With ``zigzag=False`` (contiguous shards) blocks from later devices are skipped with
 ``lax.cond`` (the device idles: contiguous causal rings are unbalanced, which is why zigzag is default).
 
-The token reordering is done once, on the data side: reorder every [B, T] array (ids, positions, segment
-ids, targets) with ``zigzag_reorder`` before the model, and undo it with ``zigzag_restore`` on per-token
-outputs if their order matters. Attention itself is order-agnostic apart from the causal mask.
+The token reordering is done once, on the data side (``parallel.zigzag``): reorder every [B, T] array (ids,
+positions, segment ids, targets) with ``zigzag_reorder`` before the model, and undo it with ``zigzag_restore``
+on per-token outputs if their order matters. Attention itself is order-agnostic apart from the causal mask.
 """
 
 from __future__ import annotations
@@ -33,44 +33,15 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-BATCH_AXES = ("data", "fsdp")
+from longrm_jax.ops import cudnn_flash
+from longrm_jax.ops.contract import check_shapes
+from longrm_jax.ops.dispatch import block_kernel, local_impl
+from longrm_jax.parallel.placement import BATCH_AXES, divisible_axes
+
 HEAD_AXIS = "tensor"
-
-
-# ----------------------------------------------------------------------------------------------- zigzag
-
-
-def zigzag_permutation(seq_len: int, n_shards: int) -> np.ndarray:
-    """Index array ``perm`` with ``x_zigzag = x[:, perm]``: shard r gets chunks r and 2n-1-r of 2n chunks."""
-    if seq_len % (2 * n_shards):
-        raise ValueError(f"zigzag needs the sequence length ({seq_len}) divisible by 2 x shards ({2 * n_shards})")
-    c = seq_len // (2 * n_shards)
-    chunks = np.arange(seq_len).reshape(2 * n_shards, c)
-    order = [i for r in range(n_shards) for i in (r, 2 * n_shards - 1 - r)]
-    return chunks[order].reshape(-1)
-
-
-def zigzag_inverse_permutation(seq_len: int, n_shards: int) -> np.ndarray:
-    """``x == x_zigzag[:, inverse]``."""
-    return np.argsort(zigzag_permutation(seq_len, n_shards))
-
-
-def _take(x, idx, axis):
-    return np.take(x, idx, axis=axis) if isinstance(x, np.ndarray) else jnp.take(x, idx, axis=axis)
-
-
-def zigzag_reorder(x, n_shards: int, axis: int = 1):
-    """Natural token order -> zigzag order along ``axis`` (numpy in, numpy out; jax in, jax out)."""
-    return _take(x, zigzag_permutation(x.shape[axis], n_shards), axis)
-
-
-def zigzag_restore(x, n_shards: int, axis: int = 1):
-    """Zigzag token order -> natural order along ``axis``."""
-    return _take(x, zigzag_inverse_permutation(x.shape[axis], n_shards), axis)
 
 
 # ------------------------------------------------------------------------------------------ LSE helpers
@@ -268,35 +239,21 @@ class _RingConfig:
 # ------------------------------------------------------------------------------------------ public API
 
 
-def _sharded_axes(mesh, names, dim_size, exclude=()):
-    """Mesh axes (of ``names``, size > 1) to shard a dimension of ``dim_size`` over, keeping divisibility."""
-    axes, prod = [], 1
-    for name in names:
-        if name in exclude or name not in mesh.axis_names or mesh.shape[name] == 1:
-            continue
-        if dim_size % (prod * mesh.shape[name]) == 0:
-            axes.append(name)
-            prod *= mesh.shape[name]
-    return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
-
-
 def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=True, zigzag=True,
                    impl="auto", scale=None):
     """Attention with the sequence split over mesh axis ``axis``; same math as ``ops.attention``.
 
     q [B, T, Hq, D], k/v [B, T, Hkv, D], segment_ids [B, T] are *global* arrays (under ``jit``, typically
     sharded [batch, seq, heads, -]); with ``zigzag=True`` (default) their tokens must already be in
-    zigzag order (``zigzag_reorder``) and the result is too. A mesh without ``axis`` (or with it of size 1)
-    runs the kernel once per batch/head shard. Batch is split over the ``data``/``fsdp`` axes
+    zigzag order (``parallel.zigzag.zigzag_reorder``) and the result is too. A mesh without ``axis`` (or
+    with it of size 1) runs the kernel once per batch/head shard. Batch is split over the ``data``/``fsdp`` axes
     and heads over ``tensor`` where they divide evenly (otherwise replicated on those axes). ``mesh=None``
     uses the mesh set by ``jax.set_mesh``. ``impl`` picks the per-block kernel: ``auto`` (the fastest
     single-device kernel, as ``ops.attention``), ``xla``, ``pallas`` (on Hopper+: tokamax Mosaic forward
     blocks, cuDNN backward blocks from the global out/LSE), ``pallas-mosaic``, ``pallas-triton``, or
     ``cudnn`` (its blocks' backward needs JAX's private cuDNN API, see ``ops.cudnn_flash``).
     """
-    from longrm_jax.ops.attention import _check_shapes, block_kernel, local_impl
-
-    _check_shapes(q, k, v)
+    check_shapes(q, k, v)
     if mesh is None:
         mesh = jax.sharding.get_abstract_mesh()
         if mesh is None or mesh.empty:
@@ -315,15 +272,13 @@ def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=T
     if impl in ("auto", "ring"):
         impl = local_impl("auto", has_segment_ids=segment_ids is not None)
         if impl == "cudnn":
-            from longrm_jax.ops import cudnn_flash
-
             if not cudnn_flash.available():  # no cuDNN backward from global statistics: train with xla
                 impl = "xla"
     kernel = block_kernel(impl, has_segment_ids=segment_ids is not None)
     scale = d**-0.5 if scale is None else float(scale)
 
-    batch = _sharded_axes(mesh, BATCH_AXES, b, exclude=(axis,))
-    heads = _sharded_axes(mesh, (HEAD_AXIS,), math.gcd(hq, k.shape[2]), exclude=(axis,))
+    batch = divisible_axes(mesh, BATCH_AXES, b, exclude=(axis,))
+    heads = divisible_axes(mesh, (HEAD_AXIS,), math.gcd(hq, k.shape[2]), exclude=(axis,))
     qkv_spec = P(batch, seq_axis, heads, None)
     seg_spec = P(batch, seq_axis)
     cfg = _RingConfig(axis, n, kernel, causal, zigzag and n > 1, scale)

@@ -1,0 +1,73 @@
+"""Which single-device kernel runs an attention: ``resolve_impl``, ``local_impl`` and the kernel objects.
+
+``auto`` picks ring attention when the current mesh has a ``seq`` axis of size > 1; otherwise the fastest
+kernel for fwd+bwd that can honour the requested mask on this backend (H200, 32K-128K: the hybrid ``pallas``
+> ``cudnn`` > ``pallas-mosaic``; see docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+
+from longrm_jax.ops import flash
+from longrm_jax.ops.contract import check_impl, seq_axis_size
+from longrm_jax.ops.xla_attention import XlaBlockKernel
+
+
+@functools.cache
+def _gpu_compute_capability():
+    dev = jax.devices()[0]
+    cc = getattr(dev, "compute_capability", None)
+    return float(cc) if cc else 0.0
+
+
+def resolve_impl(impl="auto", *, has_segment_ids=False, ring_axis="seq", cross_lengths=False):
+    """The concrete implementation ``impl`` stands for on this backend and the current mesh.
+
+    ``cross_lengths``: T != S (decoding against a cache): ``auto`` then picks ``xla``, which any mesh
+    can partition and which aligns the causal mask to the end of the keys.
+    """
+    check_impl(impl)
+    if impl != "auto":
+        return impl
+    if cross_lengths:
+        return "xla"
+    if seq_axis_size(ring_axis) > 1:
+        return "ring"
+    return local_impl("auto", has_segment_ids=has_segment_ids)
+
+
+def local_impl(impl="auto", *, has_segment_ids=False):
+    """The single-device kernel for ``impl`` (``auto`` -> fastest available that honours the mask)."""
+    check_impl(impl)
+    if impl == "ring":
+        raise ValueError("'ring' is not a single-device kernel")
+    if impl != "auto":
+        return impl
+    backend = jax.default_backend()
+    if backend == "tpu":
+        return "pallas"
+    if backend == "gpu":
+        # fwd+bwd on H200 (TFLOP/s at 32K): hybrid pallas ~ cuDNN's backward + a faster forward > cudnn 550
+        # > tokamax mosaic alone 488. Only tokamax honours segment ids.
+        if flash.hybrid_available() or (has_segment_ids and flash.tokamax_available()
+                                        and _gpu_compute_capability() >= 9.0):
+            return "pallas"
+        if not has_segment_ids:
+            return "cudnn"
+    return "xla"
+
+
+def block_kernel(impl="auto", *, has_segment_ids=False):
+    """The single-device kernel object (``fwd``/``bwd`` with LSE residuals) that ring attention drives.
+
+    ``impl`` may also be a kernel object itself (anything with those two methods), e.g. for tests.
+    """
+    if not isinstance(impl, str):
+        return impl
+    name = local_impl(impl, has_segment_ids=has_segment_ids)
+    if name == "xla":
+        return XlaBlockKernel
+    return flash.get_kernel(name)

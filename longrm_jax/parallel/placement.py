@@ -1,0 +1,83 @@
+"""Fitting partition specs to shapes, and placing host batches on a mesh.
+
+One home for the rules every caller shares: rows of a batch are split over ``BATCH_AXES`` (data x fsdp),
+tokens over ``seq``; a dimension the assigned mesh axes do not divide stays replicated instead of failing
+(tiny test models, a batch of one while decoding on an fsdp mesh).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from longrm_jax.parallel.mesh import logical_to_spec
+
+BATCH_AXES = ("data", "fsdp")
+SEQ_AXIS = "seq"
+
+
+def _axis_names(entry) -> tuple[str, ...]:
+    return (entry,) if isinstance(entry, str) else tuple(entry or ())
+
+
+def fit_spec(spec: P, shape: Sequence[int], mesh) -> P:
+    """``spec`` with every dimension whose size its mesh axes do not divide replicated (no-op without mesh)."""
+    if mesh is None:
+        return spec
+    fitted = []
+    for size, entry in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+        parts = 1
+        for axis in _axis_names(entry):
+            parts *= mesh.shape[axis]
+        fitted.append(entry if size % parts == 0 else None)
+    return P(*fitted)
+
+
+def divisible_axes(mesh, names: Sequence[str], size: int, exclude: Sequence[str] = ()):
+    """Spec entry splitting a dimension of ``size`` over as many of ``names`` (in order) as divide it.
+
+    Axes absent from ``mesh``, of size 1, or in ``exclude`` are skipped; unlike ``fit_spec`` an axis that does
+    not divide is dropped on its own and the next ones may still be used.
+    """
+    axes, parts = [], 1
+    for name in names:
+        if name in exclude or name not in mesh.axis_names or mesh.shape[name] == 1:
+            continue
+        if size % (parts * mesh.shape[name]) == 0:
+            axes.append(name)
+            parts *= mesh.shape[name]
+    return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def batch_spec(ndim: int, *, slotted: bool = False) -> P:
+    """Spec of a batch array: [B] rows; [B, T] rows x tokens; slotted [B, k, T / k] rows x - x tokens."""
+    if ndim == 1:
+        return P(BATCH_AXES)
+    return P(BATCH_AXES, None, SEQ_AXIS) if slotted else P(BATCH_AXES, SEQ_AXIS)
+
+
+def place_batch(array: np.ndarray, mesh: Mesh | None, names=("batch", "seq")) -> jax.Array:
+    """A host array every process holds whole, on device: logical ``names`` per dimension (rows over
+    data x fsdp, tokens over seq by the default rules); without a mesh, on the default device."""
+    if mesh is None:
+        return jnp.asarray(array)
+    spec = logical_to_spec(names[: array.ndim], mesh=mesh)
+    return jax.device_put(array, NamedSharding(mesh, spec))
+
+
+def place_process_rows(local: Mapping[str, np.ndarray], shardings: Mapping[str, NamedSharding]) -> dict:
+    """Device arrays of the global batch from this process's rows (all rows when single-process).
+
+    With several processes each one passes its own ``B / process_count`` rows, in process order.
+    """
+    if jax.process_count() == 1:
+        return {k: jax.device_put(v, shardings[k]) for k, v in local.items()}
+    out = {}
+    for k, v in local.items():
+        global_shape = (v.shape[0] * jax.process_count(),) + v.shape[1:]
+        out[k] = jax.make_array_from_process_local_data(shardings[k], v, global_shape)
+    return out
