@@ -1,0 +1,255 @@
+"""End to end on one GPU, through the user's commands only: HF checkpoint in, train, kill, resume, export,
+evaluate. One model per call (the device machines give a command 10 minutes):
+
+    python scripts/e2e_gpu.py --model qwen3_8b      # causal LM: SimPO, then GRM evaluation (generation)
+    python scripts/e2e_gpu.py --model llama31_8b    # classifier: Bradley-Terry with the shipped LoRA, DisRM
+    python scripts/e2e_gpu.py --smoke --model qwen3_8b   # tiny shapes on the CPU (checks the script)
+
+Phases, each timed (wall seconds; peak GPU memory where a GPU is visible: `nvidia-smi` polled while the
+phase runs, with XLA's preallocation off outside training, and the trainer's own `peak_gib` for training):
+1. `write_hf`: a randomly initialised model of the preset's shapes written as an HF checkpoint (bf16
+   safetensors, the bundled tokenizer) - the stand-in for a downloaded checkpoint;
+2. `train`: `python -m longrm_jax.train` from that directory with the stage's shipped config, a 2 x L pair
+   per step (rows layout), a checkpoint every step; SIGKILL once the first checkpoint is complete;
+3. `resume`: the same command with `--resume`, to the last step;
+4. `export`: `python -m longrm_jax.export` of the training checkpoint (LoRA merged) as bf16 HF;
+5. `data`: `python -m longrm_jax.data.synthetic` writes a Long-RewardBench with contexts of about L tokens;
+6. `evaluate`: `python -m longrm_jax.evaluate` on a few samples (`--is-disrm` for the classifier).
+A table of the phases is printed and appended to docs/benchmarks.md (with --smoke only if --append is given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = {  # preset -> (stage, shipped config, evaluate flags)
+    "qwen3_8b": ("simpo", "configs/qwen3_8b_grm_simpo.yaml", []),
+    "llama31_8b": ("bt", "configs/llama31_8b_disrm_bt.yaml", ["--is-disrm"]),
+}
+TINY = {"qwen3_8b": "tiny_qwen3", "llama31_8b": "tiny_llama"}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=sorted(MODELS), required=True)
+    p.add_argument("--length", type=int, default=32768, help="tokens per sequence L (pair = 2 L)")
+    p.add_argument("--steps", type=int, default=2, help="training steps (the kill comes after step 1's checkpoint)")
+    p.add_argument("--work", default=None, help="working directory (default: a fresh one under /tmp)")
+    p.add_argument("--eval-samples", type=int, default=1, help="samples per task file (--limit)")
+    p.add_argument("--eval-tasks", default="LongQA,Safety", help="Long-RewardBench task files to evaluate")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="GRM generation budget per judgement")
+    p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU")
+    p.add_argument("--append", default=None, help="markdown file for the table (default docs/benchmarks.md; "
+                   "with --smoke only if given)")
+    p.add_argument("--keep", action="store_true", help="keep the working directory")
+    return p.parse_args(argv)
+
+
+class GpuMemoryPoller:
+    """Largest `nvidia-smi` memory.used (GiB) while the context is open; None without nvidia-smi."""
+
+    def __init__(self):
+        self.peak = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True) if shutil.which("nvidia-smi") else None
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=10).stdout
+                used = max(float(x) for x in out.split()) / 1024
+                self.peak = used if self.peak is None else max(self.peak, used)
+            except (ValueError, subprocess.SubprocessError, OSError):
+                pass
+            self._stop.wait(0.5)
+
+    def __enter__(self):
+        if self._thread:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+
+
+def _env(smoke: bool, training: bool) -> dict:
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if smoke:
+        env["JAX_PLATFORMS"] = "cpu"
+        env.pop("XLA_FLAGS", None)
+    elif training:
+        env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
+    else:
+        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # nvidia-smi then shows what is used
+    return env
+
+
+def _checkpoint_done(ckpt_dir: str, step: int) -> bool:
+    """A finalised orbax step directory (orbax renames its temporary directory when the save completes)."""
+    return os.path.isdir(os.path.join(ckpt_dir, str(step), "state"))
+
+
+def _cli(args_list: list[str]) -> list[str]:
+    return [sys.executable, "-m", *args_list]
+
+
+class Phases:
+    def __init__(self):
+        self.rows: list[dict] = []
+
+    def run(self, name: str, cmd: list[str], *, env: dict, kill_when=None, peak_from=None, log_dir: str) -> int:
+        """Run ``cmd``; with ``kill_when`` (a predicate) SIGKILL it once that holds. Records wall time / peak."""
+        log_path = os.path.join(log_dir, f"{name}.log")
+        t0 = time.perf_counter()
+        with open(log_path, "w", encoding="utf-8") as log, GpuMemoryPoller() as poller:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+            killed = False
+            while proc.poll() is None:
+                if kill_when is not None and kill_when():
+                    proc.send_signal(signal.SIGKILL)
+                    killed = True
+                    proc.wait()
+                    break
+                time.sleep(0.5)
+        wall = time.perf_counter() - t0
+        rc = proc.returncode
+        peak = peak_from() if peak_from else None
+        self.rows.append({"phase": name, "wall_s": wall, "peak_gib": peak if peak is not None else poller.peak,
+                          "rc": rc, "killed": killed, "command": " ".join(cmd[1:])})
+        print(f"{name}: {wall:.1f} s, rc {rc}{' (killed as planned)' if killed else ''}", flush=True)
+        if rc != 0 and not killed:
+            with open(log_path, encoding="utf-8") as f:
+                sys.stderr.write(f.read()[-4000:])
+            raise SystemExit(f"phase {name} failed (rc {rc}); log: {log_path}")
+        return rc
+
+    def timed(self, name: str, fn):
+        t0 = time.perf_counter()
+        with GpuMemoryPoller() as poller:
+            fn()
+        self.rows.append({"phase": name, "wall_s": time.perf_counter() - t0, "peak_gib": poller.peak, "rc": 0,
+                          "killed": False, "command": "(in process)"})
+        print(f"{name}: {self.rows[-1]['wall_s']:.1f} s", flush=True)
+
+
+def write_random_hf(preset: str, stage: str, out_dir: str) -> None:
+    """A random model of ``preset``'s shapes as an HF checkpoint, with the bundled tokenizer's special ids."""
+    from flax import nnx
+
+    from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
+    from longrm_jax.hf.export import save_pretrained
+    from longrm_jax.models import build_model
+    from longrm_jax.training.config import load_config
+    from longrm_jax.training.data_source import load_tokenizer
+    from longrm_jax.training.model_setup import preset_config
+
+    cfg = load_config(None, [f"stage={stage}", f"model.preset={preset}"])
+    tok = load_tokenizer(cfg)
+    mcfg = preset_config(cfg, tok).replace(head=cfg.head, dtype="bfloat16", param_dtype="bfloat16",
+                                           pad_token_id=tok.pad_id, eos_token_id=tok.eos_id)
+    model = build_model(mcfg, rngs=nnx.Rngs(0))
+    save_pretrained(model, out_dir, dtype="bfloat16", tokenizer_dir=TINY_TOKENIZER_DIR, progress=False)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    stage, config, eval_flags = MODELS[args.model]
+    preset = TINY[args.model] if args.smoke else args.model
+    length = 128 if args.smoke else args.length
+    work = args.work or os.path.join("/tmp", f"e2e_{args.model}_{os.getpid()}")
+    os.makedirs(work, exist_ok=True)
+    hf_init, run_dir = os.path.join(work, "hf_init"), os.path.join(work, "run")
+    hf_out, lrb, eval_dir = os.path.join(work, "hf_trained"), os.path.join(work, "lrb"), os.path.join(work, "eval")
+    phases = Phases()
+    if args.smoke:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+
+    phases.timed("write_hf", lambda: write_random_hf(preset, stage, hf_init))
+    train = ["longrm_jax.train", "--config", os.path.join(ROOT, config)]
+    for item in [f"model.init={hf_init}", f"data.tokenizer={hf_init}", "model.remat=auto",
+                 f"model.compute_dtype={'float32' if args.smoke else 'bfloat16'}",
+                 "data.source=synthetic", "data.eval_source=null", "data.layout=rows", f"data.seq_len={length}",
+                 "data.batch_rows=2", "grad_accum=1", "data.num_buckets=1", f"data.num_train={4 * args.steps}",
+                 f"data.synthetic={{lengths: [{max(length - 64, 8)}]}}", f"steps={args.steps}", "log_every=1",
+                 "eval_before=false", "eval_after=false", "checkpoint.every=1", "checkpoint.keep=1",
+                 "checkpoint.overwrite=true", "mesh.data=1", "mesh.fsdp=1", "mesh.seq=1", f"output_dir={run_dir}"]:
+        train += ["--set", item]
+    ckpt_dir = os.path.join(run_dir, "checkpoints")
+
+    def train_peak():
+        path = os.path.join(run_dir, "metrics.jsonl")
+        if not os.path.exists(path):
+            return None
+        with open(path, encoding="utf-8") as f:
+            peaks = [json.loads(line).get("peak_gib") for line in f if line.strip()]
+        peaks = [p for p in peaks if p is not None]
+        return max(peaks) if peaks else None
+
+    phases.run("train", _cli(train), env=_env(args.smoke, True), kill_when=lambda: _checkpoint_done(ckpt_dir, 1),
+               peak_from=train_peak, log_dir=work)
+    phases.run("resume", _cli(train + ["--resume"]), env=_env(args.smoke, True), peak_from=train_peak, log_dir=work)
+    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
+        steps = [json.loads(line)["step"] for line in f if line.strip() and '"train"' in line]
+    if steps[-1] != args.steps:
+        raise SystemExit(f"resume ended at step {steps[-1]}, expected {args.steps}")
+    phases.run("export", _cli(["longrm_jax.export", "--checkpoint", ckpt_dir, "--out", hf_out, "--dtype", "bfloat16"]),
+               env=_env(args.smoke, False), log_dir=work)
+    phases.run("data", _cli(["longrm_jax.data.synthetic", "--out", lrb, "--num-train", "0", "--num-eval", "0",
+                             "--bench-per-task", str(args.eval_samples), "--lengths", str(max(length - 512, 64))]),
+               env=_env(args.smoke, False), log_dir=work)
+    phases.run("evaluate", _cli(["longrm_jax.evaluate", "--model-path", hf_out, "--data-path", os.path.join(lrb, "long_rewardbench"), "--save-path",
+                                 eval_dir, "--limit", str(args.eval_samples), "--tasks", *args.eval_tasks.split(","),
+                                 "--max-new-tokens", str(args.max_new_tokens), "--no-progress", *eval_flags]),
+               env=_env(args.smoke, False), log_dir=work)
+    if not os.path.exists(os.path.join(eval_dir, "results.csv")):
+        raise SystemExit("evaluate wrote no results.csv")
+
+    device = "cpu (smoke)" if args.smoke else _device_name()
+    table = ["| phase | wall s | peak GiB | note |", "|---|---|---|---|"]
+    for r in phases.rows:
+        peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.1f}"
+        note = "SIGKILL after the step-1 checkpoint" if r["killed"] else ""
+        table.append(f"| {r['phase']} | {r['wall_s']:.1f} | {peak} | {note} |")
+    total = sum(r["wall_s"] for r in phases.rows)
+    table.append(f"| total | {total:.1f} | | |")
+    text = "\n".join(table)
+    print(text)
+    target = args.append or (None if args.smoke else os.path.join(ROOT, "docs", "benchmarks.md"))
+    if target:
+        with open(target, "a", encoding="utf-8") as f:
+            f.write(f"\n### End to end, {args.model} ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}"
+                    f" UTC, {device})\n\n`python scripts/e2e_gpu.py {' '.join(argv if argv is not None else sys.argv[1:])}`"
+                    f" (stage {stage}, {config}, 2 x {length} tokens per step)\n\n{text}\n")
+    with open(os.path.join(work, "phases.json"), "w", encoding="utf-8") as f:
+        json.dump(phases.rows, f, indent=1)
+    if not args.keep and not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def _device_name() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10).stdout.strip().splitlines()
+        return out[0] if out else "unknown device"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown device"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

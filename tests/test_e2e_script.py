@@ -1,0 +1,25 @@
+"""scripts/e2e_gpu.py runs its whole chain on the CPU with tiny shapes (--smoke): HF checkpoint written, the
+training CLI killed after its first checkpoint and resumed, export, synthetic Long-RewardBench, evaluate."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.slow
+def test_e2e_smoke_chain(tmp_path):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run([sys.executable, os.path.join("scripts", "e2e_gpu.py"), "--smoke", "--model", "qwen3_8b",
+                           "--work", str(tmp_path)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    phases = {r["phase"]: r for r in json.loads((tmp_path / "phases.json").read_text())}
+    assert list(phases) == ["write_hf", "train", "resume", "export", "data", "evaluate"]
+    assert phases["train"]["killed"] and phases["resume"]["rc"] == 0
+    assert (tmp_path / "eval" / "results.csv").exists()
+    assert "| total |" in proc.stdout
