@@ -89,7 +89,8 @@ def load_tiny_tokenizer():
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description="Rebuild the committed tiny byte-level BPE tokenizer.")
+    p = argparse.ArgumentParser(prog="python -m longrm_jax.data.tiny_tokenizer",
+                                description="Rebuild the committed tiny byte-level BPE tokenizer.")
     p.add_argument("--out", default=TINY_TOKENIZER_DIR)
     p.add_argument("--vocab-size", type=int, default=1024)
     args = p.parse_args(argv)

@@ -181,9 +181,15 @@ class ChatTokenizer:
 
     @classmethod
     def from_dir(cls, path: str, *, enable_thinking: bool | None = False) -> ChatTokenizer:
+        import os
+
         from transformers import AutoTokenizer
 
-        return cls(AutoTokenizer.from_pretrained(str(path)), enable_thinking=enable_thinking)
+        if not os.path.isdir(path):  # never let transformers take it for a Hub model id (network, retries)
+            raise FileNotFoundError(
+                f"tokenizer directory {path} does not exist (a local model or tokenizer directory is needed; "
+                "the bundled tiny tokenizer is longrm_jax/assets/tiny_tokenizer)")
+        return cls(AutoTokenizer.from_pretrained(str(path), local_files_only=True), enable_thinking=enable_thinking)
 
     # -- text level -------------------------------------------------------------------------------------
     def render(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> str:
