@@ -15,7 +15,7 @@ from longrm_jax.training import loop  # noqa: E402
 from longrm_jax.training.checkpoint import resolve_training_checkpoint  # noqa: E402
 from longrm_jax.training.config import load_config  # noqa: E402
 
-TINY = ["data.seq_len=128", "data.batch_rows=2", "data.synthetic.lengths=[8]", "data.num_train=4", "steps=1",
+TINY = ["data.seq_len=256", "data.batch_rows=2", "data.synthetic.lengths=[8]", "data.num_train=4", "steps=1",
         "eval_before=false", "eval_after=false", "tensorboard=false", "progress=false"]
 
 
