@@ -11,6 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from longrm_jax.cli_support import add_debug_flag
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
 from longrm_jax.evaluation.samples import DEFAULT_SEED
 from longrm_jax.models.xla_flags import GPU_DECODE_XLA_FLAGS, add_gpu_xla_flags
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "(saved under SAVE_PATH/partial as each task file completes)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate at most N samples per task file")
     parser.add_argument("--no-progress", action="store_true", help="disable progress bars")
+    add_debug_flag(parser)
     parser.add_argument("--no-gpu-flags", action="store_true",
                         help="GRM: do not add the GPU decode XLA flags. By default a GRM run on a GPU appends "
                              + " ".join(GPU_DECODE_XLA_FLAGS) + " to XLA_FLAGS at startup (cuBLAS matmuls "
@@ -145,6 +147,12 @@ def apply_gpu_decode_flags(args: argparse.Namespace, environ=None) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from longrm_jax.cli_support import run_cli
+
+    return run_cli(_evaluate, argv)
+
+
+def _evaluate(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     apply_gpu_decode_flags(args)  # before anything below touches a device
@@ -166,15 +174,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         summary = run_evaluation(cfg)
     except USER_ERRORS as error:  # bad data / model dir: one clear line, no traceback
+        if args.debug:
+            raise
         print(f"error: {error}", file=sys.stderr)
         return 2
-    width = max(len(label) for label in summary["results"])
-    for label, value in summary["results"].items():
-        print(f"{label:<{width}}  {value:.5f}")
-    if summary.get("auc"):
-        print(f"{'AUC':<{width}}  {summary['auc'].get('overall')}")
+    print(format_summary(summary))  # the runner has logged a warning above UNPARSABLE_WARN_SHARE
     print(f"outputs written to {cfg.resolved_save_path()}")
     return 0
+
+
+def format_summary(summary: dict) -> str:
+    """The console table: results rows (a group without samples prints empty), AUC and, for a generative
+    judge, how many judgements held no parsable verdict."""
+    labels = list(summary["results"]) + ["AUC", "unparsable verdicts"]
+    width = max(len(label) for label in labels)
+    lines = [f"{label:<{width}}  {'' if value is None else f'{value:.5f}'}".rstrip()
+             for label, value in summary["results"].items()]
+    if summary.get("auc"):
+        lines.append(f"{'AUC':<{width}}  {summary['auc'].get('overall')}")
+    verdicts = summary.get("unparsable_verdicts")
+    if verdicts:
+        lines.append(f"{'unparsable verdicts':<{width}}  {verdicts['unparsable']} of {verdicts['judgements']} "
+                     f"({100 * verdicts['share']:.1f}%)")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

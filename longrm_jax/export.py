@@ -13,7 +13,9 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -64,35 +66,107 @@ def resolve_checkpoint(src: str, *, head: str | None = None) -> ResolvedCheckpoi
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def _head_of(model) -> str:
+    from longrm_jax.models import SequenceClassifier
+
+    return "classifier" if isinstance(model, SequenceClassifier) else "causal_lm"
+
+
+def _inside(path: str, parent: str) -> bool:
+    path, parent = os.path.realpath(path), os.path.realpath(parent)
+    return path == parent or path.startswith(parent.rstrip(os.sep) + os.sep)
+
+
+def check_out_dir(out: str, src: str, *, overwrite: bool) -> None:
+    """Refuse an ``--out`` that would destroy the source or someone else's files (before anything is loaded)."""
+    if _inside(out, src) or (os.path.exists(src) and _inside(src, out)):
+        raise ValueError(f"--out {out} overlaps --checkpoint {src}: writing there could destroy the source; "
+                         "choose a directory outside it")
+    if os.path.isfile(out):
+        raise ValueError(f"--out {out} is a file, not a directory")
+    if os.path.isdir(out) and os.listdir(out) and not overwrite:
+        raise ValueError(f"--out {out} is not empty; pass --overwrite to replace its contents, or choose a new "
+                         "directory")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from longrm_jax.cli_support import add_debug_flag
+
     parser = argparse.ArgumentParser(
         prog="python -m longrm_jax.export",
         description="Write a checkpoint as a Hugging Face directory (sharded safetensors + index, config.json "
         "with 4.x and 5.x RoPE keys, generation config, tokenizer files) that transformers 4.45-5.x loads.",
     )
-    parser.add_argument("--checkpoint", required=True, help="source: a local Hugging Face checkpoint directory, or a training run's orbax checkpoint directory")
-    parser.add_argument("--out", required=True, help="output directory (created; old weight shards replaced)")
+    parser.add_argument("--checkpoint", required=True,
+                        help="source: a local Hugging Face checkpoint directory, or a training run's orbax "
+                             "checkpoint directory (its output_dir, its checkpoints/ or one step folder in it)")
+    parser.add_argument("--out", required=True,
+                        help="output directory: new or empty (else --overwrite); never inside the source")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a non-empty --out (the new export is written aside and swapped in whole)")
     parser.add_argument("--dtype", default=None, help="stored weight dtype, e.g. bfloat16 (default: unchanged)")
     parser.add_argument("--max-shard-size", default="5GB", help="largest safetensors shard (default 5GB)")
     parser.add_argument("--head", choices=["causal_lm", "classifier"], default=None,
-                        help="override the head kind of the source (default: from its architecture)")
+                        help="head kind to load a Hugging Face source as (default: from its architecture); a "
+                             "training checkpoint is exported with the head it was trained with, and any other "
+                             "--head is refused")
     parser.add_argument("--tokenizer-dir", default=None, help="copy tokenizer files from here (default: SRC)")
-    args = parser.parse_args(argv)
+    add_debug_flag(parser)
+    return parser
 
+
+def _export(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    from longrm_jax.cli_support import silence_absl_warnings
+
+    silence_absl_warnings()
+    check_out_dir(args.out, args.checkpoint, overwrite=args.overwrite)
     from longrm_jax.hf.export import save_pretrained
 
     resolved = resolve_checkpoint(args.checkpoint, head=args.head)
-    files = save_pretrained(
-        resolved.model,
-        args.out,
-        dtype=args.dtype,
-        tokenizer_dir=args.tokenizer_dir or resolved.tokenizer_dir,
-        max_shard_bytes=args.max_shard_size,
-        base_config=resolved.hf_config,
-        generation_config=resolved.generation_config,
-    )
+    if args.head is not None and _head_of(resolved.model) != args.head:
+        raise ValueError(f"--head {args.head}: {args.checkpoint} holds a {_head_of(resolved.model)} model (the head "
+                         f"it was trained with); exporting it as {args.head} would need a head it never trained. "
+                         "Drop --head, or train that stage")
+    parent = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(args.out))}.export-", dir=parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 would carry over to --out
+    try:
+        files = save_pretrained(
+            resolved.model,
+            staging,
+            dtype=args.dtype,
+            tokenizer_dir=args.tokenizer_dir or resolved.tokenizer_dir,
+            max_shard_bytes=args.max_shard_size,
+            base_config=resolved.hf_config,
+            generation_config=resolved.generation_config,
+        )
+        _swap_in(staging, args.out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     print(f"wrote {len(files)} files to {args.out}: {', '.join(files)}")
     return 0
+
+
+def _swap_in(staging: str, out: str) -> None:
+    """Replace ``out`` by the complete ``staging`` directory: a crash leaves either the old or the new export."""
+    old = None
+    if os.path.exists(out):
+        old = f"{staging}.old"
+        os.rename(out, old)
+    os.rename(staging, out)
+    if old is not None:
+        shutil.rmtree(old)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from longrm_jax.cli_support import run_cli
+
+    return run_cli(_export, argv)
 
 
 if __name__ == "__main__":

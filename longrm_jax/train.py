@@ -71,16 +71,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a config key (dotted, e.g. optim.lr=1e-5, mesh.seq=2); repeatable")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in checkpoint.dir")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    from longrm_jax.cli_support import add_debug_flag
+
+    add_debug_flag(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    from longrm_jax.cli_support import run_cli
+
+    return run_cli(_train, argv)
+
+
+def _train(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from longrm_jax.training.config import ConfigError, load_config, to_yaml
 
     try:
         cfg = load_config(args.config, args.overrides, base=None if args.config else DEFAULT_CONFIG)
     except (ConfigError, FileNotFoundError) as e:
+        if args.debug:
+            raise
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.print_config:
@@ -93,20 +104,30 @@ def main(argv: list[str] | None = None) -> int:
         from longrm_jax.models.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
 
         add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)
-    from longrm_jax.training.loop import NonFiniteLossError, run
+    from longrm_jax.training.loop import DegenerateDataError, NonFiniteLossError, run
+    from longrm_jax.training.run_lock import RunDirLockedError
 
     try:
         result = run(cfg, resume=args.resume)
-    except NonFiniteLossError as e:
+    except (NonFiniteLossError, DegenerateDataError) as e:
+        if args.debug:
+            raise
         print(f"error: {e}", file=sys.stderr)
         return 3
-    except (FileExistsError, FileNotFoundError) as e:
+    except (FileExistsError, FileNotFoundError, RunDirLockedError) as e:
+        if args.debug:
+            raise
         print(f"error: {e}", file=sys.stderr)
         return 2
     if result.accuracy_before is not None or result.accuracy_after is not None:
         fmt = lambda a: "n/a" if a is None else f"{100 * a:.1f}%"  # noqa: E731
         print(f"pairwise accuracy on held-out pairs: before {fmt(result.accuracy_before)}, "
               f"after {fmt(result.accuracy_after)} ({result.final_step} steps)")
+    elif result.no_eval_reason:
+        print(f"pairwise accuracy on held-out pairs: not measured ({result.no_eval_reason})")
+    if result.degenerate_groups:
+        print(f"WARNING: {result.degenerate_groups} of {result.trained_groups} preference groups trained gave no "
+              "gradient (chosen identical to rejected after truncation; see the log above)")
     print(f"checkpoints: {result.checkpoint_dir}")
     return 0
 

@@ -17,8 +17,8 @@ from longrm_jax.hf.testing import make_tiny_checkpoint  # noqa: E402
 TASKS = ("LongQA", "Code")
 
 
-def _checkpoint(path, family, head, tokenizer=True):
-    make_tiny_checkpoint(path, family, head=head, vocab_size=650, pad_token_id=0, kv_heads=2, layers=1)
+def _checkpoint(path, family, head, tokenizer=True, seed=0):
+    make_tiny_checkpoint(path, family, head=head, vocab_size=650, pad_token_id=0, kv_heads=2, layers=1, seed=seed)
     if tokenizer:
         for item in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
             shutil.copy(f"{TINY_TOKENIZER_DIR}/{item}", path / item)
@@ -124,6 +124,28 @@ def test_grm_end_to_end(tmp_path, bench_dir):
     assert results["settings"]["model_type"] == "Generative RM"
 
 
+def test_grm_without_verdicts_is_reported_loudly(tmp_path, bench_dir, capsys, caplog):
+    """A random judge never writes a verdict: every score is 0 and the AUC 0.5. That used to pass silently;
+    now the count and share are in results.json and the console, with a warning."""
+    model = _checkpoint(tmp_path / "grm", "qwen3", "causal_lm")
+    save = tmp_path / "out"
+    assert evaluate.main(["--model-path", model, "--data-path", str(bench_dir), "--tasks", "Code",
+                          "--save-path", str(save), "--dtype", "float32", "--max-new-tokens", "4",
+                          "--no-progress"]) == 0
+    rows, results, predictions = _read_outputs(save)
+    assert all(p["verdict"] is None for p in predictions)
+    assert results["unparsable_verdicts"] == {"unparsable": 4, "judgements": 4, "share": 1.0}
+    out = capsys.readouterr().out
+    assert "unparsable verdicts  4 of 4 (100.0%)" in out.splitlines()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(w.startswith("4 of 4 judgements (100.0%) held no parsable verdict") for w in warnings), warnings
+    # Groups without samples (only Code's pairwise rows exist here) print empty, never 0.00000.
+    by_label = {r[1]: r[2] for r in rows[1:]}
+    assert by_label["LongQA"] == "" if "LongQA" in by_label else True
+    assert by_label["128k"] == "" and by_label["64k"] == ""
+    assert "128k" in out and all(not line.startswith("128k") or line.strip() == "128k" for line in out.splitlines())
+
+
 def test_cli_errors_name_the_file(tmp_path, bench_dir, capsys):
     model = _checkpoint(tmp_path / "notok", "llama", "classifier", tokenizer=False)
     assert evaluate.main(["--model-path", model, "--data-path", str(bench_dir), "--is-disrm",
@@ -189,4 +211,48 @@ def test_resume_reuses_finished_task_files(tmp_path, bench_dir, monkeypatch):
     assert evaluate.main(args + ["--resume"]) == 0
     assert (save / "predictions.jsonl").read_text() == first
     with pytest.raises(AssertionError, match="must not be loaded"):  # other settings: recomputed
-        evaluate.main(args + ["--resume", "--seed", "7"])
+        evaluate.main(args + ["--resume", "--seed", "7", "--debug"])
+
+
+def test_resume_recomputes_after_the_weights_changed(tmp_path, bench_dir, monkeypatch, capsys):
+    """Partial results are keyed by the model's content: re-exporting other weights into the same directory
+    must not reuse the old predictions (it used to: they were keyed by the path)."""
+    model = tmp_path / "rm"
+    _checkpoint(model, "llama", "classifier")
+    save = tmp_path / "out"
+    args = ["--model-path", str(model), "--data-path", str(bench_dir), "--is-disrm", "--save-path", str(save),
+            "--dtype", "float32", "--no-progress", "--limit", "2", "--tasks", "Code"]
+    assert evaluate.main(args) == 0
+    first = [p["scores"] for p in _read_outputs(save)[2]]
+    # Same path, same config and shapes, other weights (a later export of another training step).
+    shutil.rmtree(model)
+    _checkpoint(model, "llama", "classifier", seed=123)
+    assert evaluate.main(args + ["--resume"]) == 0
+    again = [p["scores"] for p in _read_outputs(save)[2]]
+    assert again != first
+    fresh = tmp_path / "fresh"
+    assert evaluate.main([a if a != str(save) else str(fresh) for a in args]) == 0
+    assert again == [p["scores"] for p in _read_outputs(fresh)[2]]
+
+
+def test_is_disrm_on_a_causal_lm_suggests_dropping_the_flag(tmp_path, bench_dir, capsys):
+    model = _checkpoint(tmp_path / "lm", "qwen3", "causal_lm")
+    classifier = _checkpoint(tmp_path / "rm", "llama", "classifier")
+    capsys.readouterr()
+    assert evaluate.main(["--model-path", model, "--data-path", str(bench_dir), "--is-disrm",
+                          "--save-path", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == (f"error: {model}: a causal LM (Qwen3ForCausalLM) has no trained score head "
+                                       "for --is-disrm; drop --is-disrm to evaluate it as a generative judge\n")
+    assert evaluate.main(["--model-path", classifier, "--data-path", str(bench_dir),
+                          "--save-path", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == (f"error: {classifier}: a sequence classifier (LlamaForSequenceClassification) "
+                                       "cannot generate verdicts; pass --is-disrm to score answers with its reward "
+                                       "head\n")
+
+
+def test_training_checkpoint_as_model_path_says_export_it(tmp_path, bench_dir, capsys):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "5" / "state").mkdir(parents=True)
+    assert evaluate.main(["--model-path", str(run), "--data-path", str(bench_dir), "--is-disrm"]) == 2
+    assert capsys.readouterr().err == (f"error: {run}: a training checkpoint (orbax), not a Hugging Face directory; "
+                                       f"convert it first: python -m longrm_jax.export --checkpoint {run} --out DIR\n")

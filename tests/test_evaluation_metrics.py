@@ -41,12 +41,13 @@ def test_results_rows_hand_built():
                       "64k", "128k", "AVG."]
     assert rows["LongQA"] == round(2 / 3, 5)
     assert rows["Summ"] == 1.0  # only the pairwise Summ sample counts
-    assert rows["Safety"] == 0.0 and rows["Code"] == 0.0  # no pairwise Code samples -> 0 like upstream
+    # No pairwise Safety / Code samples: an empty value (upstream printed 0.0, as if every sample were wrong).
+    assert rows["Safety"] is None and rows["Code"] is None
     assert rows["Same."] == 1.0 and rows["Diff."] == 0.5
     assert rows["PairWise Avg."] == 0.75
     assert rows["Rank2"] == 1.0 and rows["Rank3"] == round(1 / 3, 5) and rows["Rank4"] == 0.25
     assert rows["Rank Avg."] == round((1 / 3 + 1.0 + 0.5) / 4, 5)
-    assert rows["4k"] == 1.0 and rows["8k"] == 0.5 and rows["16k"] == 0.0 and rows["128k"] == 1.0
+    assert rows["4k"] == 1.0 and rows["8k"] == 0.5 and rows["16k"] is None and rows["128k"] == 1.0
     assert rows["AVG."] == round((3 + 1 / 3 + 1 + 0.5 + 0) / 8, 5)
 
 
@@ -57,6 +58,7 @@ def test_results_csv_layout(tmp_path):
     assert lines[0] == ",Task,Value"
     assert lines[1] == "0,LongQA,0.66667"
     assert lines[-1].startswith("20,AVG.,")
+    assert lines[3] == "2,Safety," and lines[17] == "16,16k,"  # groups without samples: empty
     with open(path) as handle:
         assert len(list(csv.reader(handle))) == 22
 
@@ -148,3 +150,16 @@ def test_results_csv_bytes_equal_pandas(tmp_path):
     # Upstream writes DataFrame(dict(Task=..., Value=...)).to_csv(path).
     pd.DataFrame(dict(Task=[r[0] for r in rows], Value=[r[1] for r in rows])).to_csv(tmp_path / "upstream.csv")
     assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "upstream.csv").read_bytes()
+
+
+def test_empty_groups_are_none_and_never_averaged_in():
+    only_pairwise = [_pred("LongQA", "PairWise", "same", "4k", 1.0), _pred("LongQA", "PairWise", "same", "4k", 0.0)]
+    rows = dict(metrics.results_rows(only_pairwise, ["LongQA"]))
+    assert rows["Diff."] is None and rows["Rank4"] is None and rows["Rank Avg."] is None and rows["8k"] is None
+    assert rows["Same."] == rows["PairWise Avg."] == rows["AVG."] == 0.5
+
+
+def test_verdict_report_counts_every_judged_order():
+    grm = [dict(verdict=None), dict(verdict="A>B", orders=[dict(verdict="A>B"), dict(verdict=None)])]
+    assert metrics.verdict_report(grm) == {"unparsable": 2, "judgements": 3, "share": 0.66667}
+    assert metrics.verdict_report([dict(scores=[1.0, 0.0])]) is None  # DisRM: no verdicts

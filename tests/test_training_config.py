@@ -1,5 +1,7 @@
 """YAML config + --set overrides: typed parsing and unknown keys rejected with the valid keys listed."""
 
+import re
+
 import pytest
 
 from longrm_jax.training.config import ConfigError, load_config
@@ -49,3 +51,21 @@ def test_batch_rows_are_per_micro_step():
     assert cfg.pipeline_rows_per_step == 16
     cfg = load_config(None, ["stage=simpo", "data.layout=rows", "data.batch_rows=2", "grad_accum=8"])
     assert cfg.pipeline_rows_per_step == 8  # groups of chosen + rejected, one per micro step
+
+
+@pytest.mark.parametrize("override, key", [
+    ("steps=-5", "steps"), ("optim.lr=-1", "optim.lr"), ("epochs=-1", "epochs"),
+    ("checkpoint.every=-10", "checkpoint.every"), ("data.batch_rows=0", "data.batch_rows"),
+    ("mesh.seq=0", "mesh.seq"), ("optim.warmup_ratio=2", "optim.warmup_ratio"),
+])
+def test_out_of_range_values_are_refused_naming_the_key(override, key):
+    # Used to be accepted (a run that trains nothing) or crash later (batch_rows=0: ZeroDivisionError).
+    with pytest.raises(ConfigError, match=rf"^config \+ --set: {re.escape(key)} must be "):
+        load_config(None, [override])
+
+
+def test_train_cli_prints_one_line_for_a_bad_range(capsys):
+    from longrm_jax.train import main
+
+    assert main(["--set", "data.batch_rows=0"]) == 2
+    assert capsys.readouterr().err == "error: config + --set: data.batch_rows must be >= 1; got 0\n"

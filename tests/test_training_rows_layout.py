@@ -97,7 +97,8 @@ def test_rows_layout_sharded_matches_single_device():
 
 def test_rows_layout_runs_in_the_loop(tmp_path):
     cfg = load_config(None, [
-        f"output_dir={tmp_path}", "steps=3", "data.layout=rows", "data.seq_len=32", "data.batch_rows=4",
+        # seq_len 128: at 32 every sequence was cut to the shared prompt (chosen == rejected, no gradient).
+        f"output_dir={tmp_path}", "steps=3", "data.layout=rows", "data.seq_len=128", "data.batch_rows=4",
         "data.synthetic.lengths=[8,16]", "data.num_train=16", "data.num_eval=8", "checkpoint.every=0",
         "tensorboard=false", "progress=false", "log_every=1",
     ], base=DEFAULT_CONFIG)

@@ -48,10 +48,20 @@ def length_histogram(lengths: Sequence[int], width: int = 40) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Inspect a dataset as the trainer will see it: counts, length "
+    from longrm_jax.cli_support import run_cli
+
+    return run_cli(_inspect, argv)
+
+
+def _inspect(argv: Sequence[str]) -> int:
+    from longrm_jax.cli_support import add_debug_flag
+
+    p = argparse.ArgumentParser(prog="python -m longrm_jax.data.inspect", description="Inspect a dataset as the trainer will see it: counts, length "
                                 "histogram, truncations, packing, one sample with its loss mask.")
     p.add_argument("--data", required=True, help="a .jsonl/.json/.parquet file or a save_to_disk directory")
-    p.add_argument("--tokenizer", required=True, help="model or tokenizer directory (HF tokenizer + template)")
+    p.add_argument("--tokenizer", required=True,
+                   help="local model or tokenizer directory (HF tokenizer + chat template), e.g. the bundled "
+                        "longrm_jax/assets/tiny_tokenizer")
     p.add_argument("--format", default="auto", choices=FORMATS)
     p.add_argument("--split", default=None, help="split of a DatasetDict directory")
     p.add_argument("--max-length", type=int, default=None, help="largest row length (as in training)")
@@ -68,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="per-sequence cut at --max-length, as data.truncation in training")
     p.add_argument("--chat-template", default=None, metavar="FILE",
                    help="Jinja chat template file to use instead of the tokenizer's (or where it has none)")
+    add_debug_flag(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     from tqdm import tqdm
@@ -90,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 skipped += 1
                 logging.warning("skipping bad row: %s", e)
     except (DataError, FileNotFoundError, ValueError) as e:
+        if args.debug:
+            raise
         print(f"error: {e}", file=sys.stderr)
         return 2
 

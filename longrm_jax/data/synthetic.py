@@ -25,6 +25,7 @@ import dataclasses
 import json
 import os
 import random
+import sys
 from collections.abc import Callable, Sequence
 
 from longrm_jax.data.records import BEST_OF_N, LONG_REWARDBENCH_TASKS, PAIRWISE
@@ -283,8 +284,16 @@ def corpus_for_tokenizer(num_rows: int = 300, seed: int = 12345) -> list[str]:
     return texts
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description="Write synthetic needle-in-a-haystack preference data "
+def main(argv: Sequence[str] | None = None) -> int:
+    from longrm_jax.cli_support import run_cli
+
+    return run_cli(_write, argv)
+
+
+def _write(argv: Sequence[str]) -> int:
+    from longrm_jax.cli_support import add_debug_flag
+
+    p = argparse.ArgumentParser(prog="python -m longrm_jax.data.synthetic", description="Write synthetic needle-in-a-haystack preference data "
                                 "(training rows and Long-RewardBench task files).")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--num-train", type=int, default=2000)
@@ -295,15 +304,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--num-distractors", type=int, default=0, help="extra facts about other keys")
     p.add_argument("--num-values", type=int, default=len(VALUES), help="distinct passwords in training rows")
     p.add_argument("--seed", type=int, default=0)
+    add_debug_flag(p)
     args = p.parse_args(argv)
-    lengths = [int(x) for x in args.lengths.split(",")]
+    try:
+        lengths = [int(x) for x in args.lengths.split(",")]
+    except ValueError:
+        p.error(f"--lengths {args.lengths!r}: expected comma-separated integers")
     paths = write_training_files(args.out, args.num_train, args.num_eval, args.seed, lengths, args.num_rejects,
                                  args.num_distractors, num_values=args.num_values)
     paths.update(write_long_rewardbench(os.path.join(args.out, "long_rewardbench"), args.bench_per_task,
                                         args.seed, lengths, num_distractors=args.num_distractors))
     for name, path in paths.items():
         print(f"{name}: {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

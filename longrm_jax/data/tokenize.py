@@ -247,9 +247,15 @@ class ChatTokenizer:
     def from_dir(cls, path: str, *, enable_thinking: bool | None = False,
                  chat_template: str | None = None) -> ChatTokenizer:
         """Load a tokenizer directory; `chat_template`: a Jinja template *file* replacing the tokenizer's."""
+        import os
+
         from transformers import AutoTokenizer
 
-        return cls(AutoTokenizer.from_pretrained(str(path)), enable_thinking=enable_thinking,
+        if not os.path.isdir(path):  # never let transformers take it for a Hub model id (network, retries)
+            raise FileNotFoundError(
+                f"tokenizer directory {path} does not exist (a local model or tokenizer directory is needed; "
+                "the bundled tiny tokenizer is longrm_jax/assets/tiny_tokenizer)")
+        return cls(AutoTokenizer.from_pretrained(str(path), local_files_only=True), enable_thinking=enable_thinking,
                    chat_template=read_chat_template(chat_template) if chat_template else None)
 
     # -- text level -------------------------------------------------------------------------------------

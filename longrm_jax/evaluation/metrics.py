@@ -47,45 +47,76 @@ def sample_score(gold_ranks: Sequence[int], predicted_ranks: Sequence[int]) -> f
 
 
 def _mean(values: Sequence[float]) -> float:
-    # Upstream divides by max(n, 1): an empty group reports 0.0, not NaN.
+    # 0.0 for an empty list (agreement counts); results rows use _group_mean, which keeps "no samples" apart.
     return float(sum(values)) / max(len(values), 1)
 
 
-def results_rows(predictions: Iterable[Mapping], tasks: Sequence[str] = DEFAULT_TASKS) -> list[tuple[str, float]]:
+def _group_mean(values: Sequence[float]) -> float | None:
+    # Upstream divides by max(n, 1) and so prints 0.0 for a group without samples, indistinguishable from a
+    # judge that got every sample wrong; we report None (an empty cell) instead.
+    return float(sum(values)) / len(values) if values else None
+
+
+# Share of judgements without a parsable verdict above which the evaluation warns loudly.
+UNPARSABLE_WARN_SHARE = 0.05
+
+
+def verdict_report(predictions: Iterable[Mapping]) -> dict | None:
+    """Count of GRM judgements (every judged order) whose output held no parsable verdict, and their share.
+
+    Such a judgement scores 0 and ties in the AUC, so a judge that never answers in the expected format looks
+    like a bad judge rather than a broken one; the count says which. None for DisRM predictions (no verdicts).
+    """
+    judgements = []
+    for pred in predictions:
+        if "verdict" not in pred:
+            continue
+        judgements += [o.get("verdict") for o in pred["orders"]] if pred.get("orders") else [pred["verdict"]]
+    if not judgements:
+        return None
+    missing = sum(v is None for v in judgements)
+    return {"unparsable": missing, "judgements": len(judgements), "share": round(missing / len(judgements), 5)}
+
+
+def results_rows(predictions: Iterable[Mapping],
+                 tasks: Sequence[str] = DEFAULT_TASKS) -> list[tuple[str, float | None]]:
     """The upstream ``results.csv`` rows, in order, as (label, value) with values rounded to 5 decimals.
 
     Rows: the pairwise accuracy per task, ``Same.``, ``Diff.`` (pairwise by subtype; anything not ``"same"``
     counts as diff), ``PairWise Avg.``, ``Rank2``..``Rank4`` (Best-of-N by candidate count), ``Rank Avg.``,
     the pairwise accuracy per length bucket ``4k``..``128k``, and ``AVG.`` over every sample of both formats.
-    Upstream labels the Best-of-N average ``"Rank Avg,"`` (a typo); we write ``"Rank Avg."``.
+    Upstream labels the Best-of-N average ``"Rank Avg,"`` (a typo); we write ``"Rank Avg."``. A row whose
+    group has no samples keeps its place with the value None (upstream: 0.0); every average is over samples,
+    so an empty group never enters one.
     """
     preds = list(predictions)
     pairwise = [p for p in preds if p["tasktype"] == PAIRWISE]
     best_of_n = [p for p in preds if p["tasktype"] == BEST_OF_N]
-    rows: list[tuple[str, float]] = []
+    rows: list[tuple[str, float | None]] = []
     for task in tasks:
-        rows.append((task, _mean([p["score"] for p in pairwise if p["task"] == task])))
-    rows.append(("Same.", _mean([p["score"] for p in pairwise if str(p["subtype"]) == "same"])))
-    rows.append(("Diff.", _mean([p["score"] for p in pairwise if str(p["subtype"]) != "same"])))
-    rows.append(("PairWise Avg.", _mean([p["score"] for p in pairwise])))
+        rows.append((task, _group_mean([p["score"] for p in pairwise if p["task"] == task])))
+    rows.append(("Same.", _group_mean([p["score"] for p in pairwise if str(p["subtype"]) == "same"])))
+    rows.append(("Diff.", _group_mean([p["score"] for p in pairwise if str(p["subtype"]) != "same"])))
+    rows.append(("PairWise Avg.", _group_mean([p["score"] for p in pairwise])))
     for size in RANK_SIZES:
-        rows.append((f"Rank{size}", _mean([p["score"] for p in best_of_n if str(p["subtype"]) == str(size)])))
-    rows.append(("Rank Avg.", _mean([p["score"] for p in best_of_n])))
+        rows.append((f"Rank{size}", _group_mean([p["score"] for p in best_of_n if str(p["subtype"]) == str(size)])))
+    rows.append(("Rank Avg.", _group_mean([p["score"] for p in best_of_n])))
     for bucket in LENGTH_BUCKETS:
-        rows.append((bucket, _mean([p["score"] for p in pairwise if p["length"] == bucket])))
-    rows.append(("AVG.", _mean([p["score"] for p in preds])))
-    return [(label, round(value, 5)) for label, value in rows]
+        rows.append((bucket, _group_mean([p["score"] for p in pairwise if p["length"] == bucket])))
+    rows.append(("AVG.", _group_mean([p["score"] for p in preds])))
+    return [(label, None if value is None else round(value, 5)) for label, value in rows]
 
 
-def write_results_csv(rows: Sequence[tuple[str, float]], path) -> None:
-    """Write rows like upstream's pandas ``DataFrame.to_csv``: header ``,Task,Value`` then ``i,label,value``."""
+def write_results_csv(rows: Sequence[tuple[str, float | None]], path) -> None:
+    """Write rows like upstream's pandas ``DataFrame.to_csv``: header ``,Task,Value`` then ``i,label,value``
+    (None: an empty value, as pandas writes NaN)."""
     import csv
 
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(["", "Task", "Value"])
         for index, (label, value) in enumerate(rows):
-            writer.writerow([index, label, repr(float(value))])
+            writer.writerow([index, label, "" if value is None else repr(float(value))])
 
 
 def roc_auc(scores: Sequence[float], labels: Sequence[int]) -> float:

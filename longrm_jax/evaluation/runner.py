@@ -108,6 +108,23 @@ def build_mesh(spec: dict[str, int] | None):
     return make_mesh(**spec)
 
 
+def check_model_kind(cfg: EvalConfig) -> None:
+    """Refuse a head that does not fit the evaluation mode (a causal LM scored by a random new score head, or a
+    classifier asked to generate), suggesting the flag that fits."""
+    from longrm_jax.hf.load import read_hf_config
+
+    architectures = read_hf_config(cfg.model_path).get("architectures") or []  # names the problem if unreadable
+    names = ", ".join(architectures)
+    classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
+    causal = any(a.endswith("ForCausalLM") for a in architectures)
+    if cfg.is_disrm and causal and not classifier:
+        raise ModelDirError(f"{cfg.model_path}: a causal LM ({names}) has no trained score head for --is-disrm; "
+                            "drop --is-disrm to evaluate it as a generative judge")
+    if not cfg.is_disrm and classifier and not causal:
+        raise ModelDirError(f"{cfg.model_path}: a sequence classifier ({names}) cannot generate verdicts; "
+                            "pass --is-disrm to score answers with its reward head")
+
+
 def load_model(cfg: EvalConfig, mesh):
     from longrm_jax.hf.load import load_pretrained
 
@@ -207,7 +224,19 @@ def summarize(predictions: list[dict], tasks: Sequence[str]) -> dict:
     summary["accuracy_by_length"] = metrics.accuracy_by_length(predictions)
     summary["num_samples"] = len(predictions)
     summary["num_truncated"] = int(sum(p.get("truncated", False) for p in predictions))
+    verdicts = metrics.verdict_report(predictions)
+    if verdicts is not None:
+        summary["unparsable_verdicts"] = verdicts
+        if verdicts["unparsable"] and verdicts["share"] > metrics.UNPARSABLE_WARN_SHARE:
+            logger.warning("%s", unparsable_warning(verdicts))
     return summary
+
+
+def unparsable_warning(verdicts: dict) -> str:
+    return (f"{verdicts['unparsable']} of {verdicts['judgements']} judgements ({100 * verdicts['share']:.1f}%) "
+            "held no parsable verdict: each scores 0 and ties in the AUC, so these results do not measure the "
+            "judge. Is the model a trained generative judge, and is --max-new-tokens large enough? See the "
+            "'output' field of predictions.jsonl")
 
 
 def upstream_record(prediction: dict) -> dict:
@@ -247,12 +276,41 @@ def write_outputs(save_path: str, predictions: list[dict], summary: dict, settin
         json.dump(payload, handle, indent=2, ensure_ascii=False)
 
 
+def model_fingerprint(model_path: str) -> str:
+    """A hash of a model directory's content, cheap for many-GB checkpoints: every small file (config,
+    tokenizer, index) whole; each weight file by its size, its safetensors header (names, dtypes, shapes) and
+    samples of its bytes spread over the file (re-trained weights change them). Files up to 64 MiB are hashed
+    whole."""
+    import hashlib
+
+    whole_limit, samples, block = 64 << 20, 32, 64 << 10
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(model_path)):
+        path = os.path.join(model_path, name)
+        if not os.path.isfile(path):
+            continue
+        size = os.path.getsize(path)
+        digest.update(f"{name}\0{size}\0".encode())
+        with open(path, "rb") as handle:
+            if size <= whole_limit:
+                digest.update(handle.read())
+                continue
+            header = handle.read(8)
+            digest.update(handle.read(int.from_bytes(header, "little")) if name.endswith(".safetensors") else b"")
+            for k in range(samples):
+                handle.seek((size - block) * k // (samples - 1))
+                digest.update(handle.read(block))
+    return digest.hexdigest()[:32]
+
+
 def result_settings(cfg: EvalConfig) -> dict:
-    """The settings that change predictions (a partial result is reused only when they all match)."""
-    return {"model_path": os.path.realpath(cfg.model_path), "is_disrm": cfg.is_disrm, "seed": cfg.seed,
+    """The settings that change predictions (a partial result is reused only when they all match). The model
+    enters by content: weights re-exported into the same directory are not the model that was evaluated."""
+    return {"model": model_fingerprint(cfg.model_path), "is_disrm": cfg.is_disrm, "seed": cfg.seed,
             "max_new_tokens": cfg.max_new_tokens, "both_orders": cfg.both_orders, "max_length": cfg.max_length,
-            "dtype": cfg.dtype, "limit": cfg.limit, "task_types": list(cfg.task_types or []),
-            "longform_protocol": cfg.longform_protocol, "chat_template": cfg.chat_template}
+            "dtype": cfg.dtype, "limit": cfg.limit, "mesh": cfg.mesh, "share_prompt": cfg.share_prompt,
+            "task_types": list(cfg.task_types or []), "longform_protocol": cfg.longform_protocol,
+            "chat_template": cfg.chat_template}
 
 
 class PartialResults:
@@ -274,7 +332,10 @@ class PartialResults:
             header = json.loads(handle.readline() or "null")
             records = [json.loads(line) for line in handle if line.strip()]
         if not header or header.get("settings") != self.settings:
-            logger.warning("%s: made with other settings; recomputing", path)
+            changed = sorted(k for k in set(self.settings) | set((header or {}).get("settings") or {})
+                             if (header or {}).get("settings", {}).get(k) != self.settings.get(k))
+            logger.warning("%s: made with other settings or another model (%s differ); recomputing", path,
+                           ", ".join(changed))
             return None
         if [r["id"] for r in records] != [s.id for s in samples]:
             logger.warning("%s: samples differ from %s; recomputing", path, task_file)
@@ -307,6 +368,7 @@ def run_evaluation(cfg: EvalConfig) -> dict:
                              "(per-task result files would overwrite the task files)")
     if cfg.longform_protocol not in ("pointwise", "joint"):
         raise BenchDataError(f"longform protocol must be pointwise or joint, got {cfg.longform_protocol!r}")
+    check_model_kind(cfg)
     disrm_tokenizer, grm_tokenizer = load_chat_tokenizers(cfg.model_path, cfg.chat_template)
     samples = load_samples(cfg)
     logger.info("%d samples from %s", len(samples), cfg.data_path)

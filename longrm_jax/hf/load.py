@@ -40,9 +40,23 @@ class CheckpointError(ValueError):
     """The checkpoint directory cannot be loaded as asked (message names the file, tensor or key)."""
 
 
+def _looks_like_training_checkpoint(path) -> bool:
+    """A run's output_dir, its checkpoints/ or one step folder (layout of training.checkpoint)."""
+    path = str(path)
+    if not os.path.isdir(path):
+        return False
+    if os.path.isdir(os.path.join(path, "state")) or os.path.isdir(os.path.join(path, "checkpoints")):
+        return True
+    return any(d.isdigit() and os.path.isdir(os.path.join(path, d, "state")) for d in os.listdir(path))
+
+
 def read_hf_config(path: str | os.PathLike) -> dict:
     cfg_path = os.path.join(path, "config.json")
     if not os.path.isfile(cfg_path):
+        if _looks_like_training_checkpoint(path):
+            raise CheckpointError(
+                f"{path}: a training checkpoint (orbax), not a Hugging Face directory; convert it first: "
+                f"python -m longrm_jax.export --checkpoint {path} --out DIR")
         raise CheckpointError(f"{path}: no config.json (expected a local Hugging Face checkpoint directory)")
     try:
         with open(cfg_path) as fh:

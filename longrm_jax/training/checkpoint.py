@@ -153,12 +153,20 @@ def resolve_training_checkpoint(src: str):
     when unset)."""
     from longrm_jax.export import ResolvedCheckpoint
 
+    step = None
+    name = os.path.basename(os.path.normpath(src))
+    if name.isdigit() and os.path.isdir(os.path.join(src, "state")):  # one step folder: export that step
+        src, step = os.path.dirname(os.path.normpath(src)), int(name)
     if not is_training_checkpoint(src) and is_training_checkpoint(os.path.join(src, "checkpoints")):
         src = os.path.join(src, "checkpoints")
     if not is_training_checkpoint(src):
         return None
     manager = _manager(src, read_only=True)
-    step = manager.latest_step()
+    if step is None:
+        step = manager.latest_step()
+    if step is None:
+        manager.close()
+        raise FileNotFoundError(f"{src}: no complete training checkpoint step (a run killed during its first save?)")
     run_cfg = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
     manager.close()
     tokenizer_dir = run_cfg.get("data", {}).get("tokenizer")

@@ -174,6 +174,7 @@ class TrainConfig:
     distributed: DistributedSection = field(default_factory=DistributedSection)
 
     def validate(self) -> "TrainConfig":
+        self._check_ranges()
         if self.stage not in ("sft", "simpo", "bt"):
             raise ConfigError(f"stage must be one of sft, simpo, bt; got {self.stage!r}")
         if self.grad_accum < 1:
@@ -211,6 +212,50 @@ class TrainConfig:
         if self.distributed.mode not in ("auto", "on", "off"):
             raise ConfigError(f"distributed.mode must be auto, on or off; got {self.distributed.mode!r}")
         return self
+
+    def _check_ranges(self) -> None:
+        """Numbers outside their meaningful range (a negative step count, learning rate, ...) would run and
+        train nothing or crash deep inside; stop here naming the key."""
+        d, o = self.data, self.optim
+        rules = [
+            ("steps", self.steps, self.steps >= 0, ">= 0 (0: train for `epochs`)"),
+            ("epochs", self.epochs, self.epochs > 0, "> 0"),
+            ("grad_accum", self.grad_accum, self.grad_accum >= 1, ">= 1"),
+            ("log_every", self.log_every, self.log_every >= 1, ">= 1"),
+            ("data.seq_len", d.seq_len, d.seq_len >= 1, ">= 1"),
+            ("data.batch_rows", d.batch_rows, d.batch_rows >= 1, ">= 1"),
+            ("data.num_rejects", d.num_rejects, d.num_rejects >= 0, ">= 0"),
+            ("data.max_groups_per_row", d.max_groups_per_row, d.max_groups_per_row >= 1, ">= 1"),
+            ("data.num_train", d.num_train, d.num_train >= 1, ">= 1"),
+            ("data.num_eval", d.num_eval, d.num_eval >= 0, ">= 0"),
+            ("data.num_buckets", d.num_buckets, d.num_buckets >= 1, ">= 1"),
+            ("data.bucket_multiple", d.bucket_multiple, d.bucket_multiple >= 1, ">= 1"),
+            ("data.window_groups", d.window_groups, d.window_groups >= 1, ">= 1"),
+            ("data.worker_count", d.worker_count, d.worker_count >= 0, ">= 0"),
+            ("loss.chunk_tokens", self.loss.chunk_tokens, self.loss.chunk_tokens >= 1, ">= 1"),
+            ("loss.label_smoothing", self.loss.label_smoothing, 0 <= self.loss.label_smoothing < 0.5,
+             "in [0, 0.5)"),
+            ("loss.nll_weight", self.loss.nll_weight, self.loss.nll_weight >= 0, ">= 0"),
+            ("optim.lr", o.lr, o.lr > 0, "> 0"),
+            ("optim.min_lr_ratio", o.min_lr_ratio, 0 <= o.min_lr_ratio <= 1, "in [0, 1]"),
+            ("optim.warmup_ratio", o.warmup_ratio, 0 <= o.warmup_ratio <= 1, "in [0, 1]"),
+            ("optim.b1", o.b1, 0 <= o.b1 < 1, "in [0, 1)"),
+            ("optim.b2", o.b2, 0 <= o.b2 < 1, "in [0, 1)"),
+            ("optim.eps", o.eps, o.eps > 0, "> 0"),
+            ("optim.weight_decay", o.weight_decay, o.weight_decay >= 0, ">= 0"),
+            ("optim.grad_clip", o.grad_clip, o.grad_clip >= 0, ">= 0 (0: no clipping)"),
+            ("lora.rank", self.lora.rank, self.lora.rank >= 0, ">= 0 (0: full fine-tuning)"),
+            ("checkpoint.every", self.checkpoint.every, self.checkpoint.every >= 0, ">= 0 (0: only at the end)"),
+            ("checkpoint.keep", self.checkpoint.keep, self.checkpoint.keep >= 1, ">= 1"),
+            ("memory_budget_gib", self.memory_budget_gib,
+             self.memory_budget_gib is None or self.memory_budget_gib > 0, "> 0 (or unset)"),
+        ]
+        for axis in ("data", "fsdp", "seq", "tensor"):
+            size = getattr(self.mesh, axis)
+            rules.append((f"mesh.{axis}", size, size >= 1 or size == -1, ">= 1, or -1 (the devices left over)"))
+        for key, value, ok, want in rules:
+            if not ok:
+                raise ConfigError(f"{key} must be {want}; got {value!r}")
 
     @property
     def pipeline_rows_per_step(self) -> int:

@@ -63,7 +63,11 @@ def _file_records(cfg: TrainConfig, path: str, sft: bool):
         path, split = path.rsplit(":", 1)
     if not os.path.exists(path):
         raise FileNotFoundError(f"data source {path} does not exist")
-    return list(read_records(path, "sft" if sft else "preference", split=split))
+    records = list(read_records(path, "sft" if sft else "preference", split=split))
+    if not records:
+        raise ValueError(f"{path}{':' + split if split else ''}: no {'SFT' if sft else 'preference'} records "
+                         "(the file or split is empty)")
+    return records
 
 
 def slots(cfg: TrainConfig) -> int | None:
@@ -115,6 +119,22 @@ def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, 
         window_groups=d.window_groups, num_threads=max(1, d.worker_count), slotted=k > 1,
         sample_max_length=d.seq_len, truncation=d.truncation,
     )
+
+
+def degenerate_groups(batch: dict, group_size: int) -> tuple[int, int]:
+    """(groups whose chosen sequence equals one of its rejected ones token for token, loss mask included;
+    groups) in a packed host batch. Such a pair has the same reward on both sides and so no gradient: the sign
+    of rows cut by truncation until only the shared prompt is left."""
+    from longrm_jax.data.packing import unpack_row
+
+    bad = total = 0
+    for row in range(batch["segment_ids"].shape[0]):
+        segments = unpack_row(batch, row)
+        for start in range(0, len(segments) - group_size + 1, group_size):
+            (chosen_ids, chosen_mask), *rejected = segments[start:start + group_size]
+            total += 1
+            bad += any(np.array_equal(chosen_ids, ids) and np.array_equal(chosen_mask, mask) for ids, mask in rejected)
+    return bad, total
 
 
 def count_batches(cfg: TrainConfig, tokenizer: ChatTokenizer, records) -> int:

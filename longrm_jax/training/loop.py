@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -18,19 +19,24 @@ from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.training import batches as batch_lib
 from longrm_jax.training.checkpoint import Checkpointer, is_training_checkpoint
 from longrm_jax.training.config import TrainConfig
-from longrm_jax.training.data_source import (count_batches, eval_batches, load_tokenizer, train_iterator,
-                                             train_records)
+from longrm_jax.training.data_source import (count_batches, degenerate_groups, eval_batches, load_tokenizer,
+                                             train_iterator, train_records)
 from longrm_jax.training.data_source import slots as data_slots
 from longrm_jax.training.distributed import maybe_initialize
 from longrm_jax.training.metrics import MetricsWriter, peak_flops, step_flops
 from longrm_jax.training.memory_plan import peak_device_gib, plan_train_step
 from longrm_jax.training.model_setup import load_model, model_config
+from longrm_jax.training.run_lock import RunLock
 from longrm_jax.training.state import create_state, lr_schedule, make_optimizer
 from longrm_jax.training.steps import StageSpec, jit_train_step, make_eval_step, make_train_step
 
 
 class NonFiniteLossError(RuntimeError):
     """The loss or gradient norm became NaN / inf; the run stopped without saving that state."""
+
+
+class DegenerateDataError(RuntimeError):
+    """Every preference group of the first batch has a rejected sequence identical to its chosen one."""
 
 
 @dataclass
@@ -41,6 +47,10 @@ class RunResult:
     last_metrics: dict = field(default_factory=dict)
     checkpoint_dir: str | None = None
     state: object = None  # the final TrainState (for tests)
+    # Preference groups trained whose chosen and a rejected sequence were identical (no gradient), and all groups.
+    degenerate_groups: int = 0
+    trained_groups: int = 0
+    no_eval_reason: str | None = None  # why no held-out accuracy was measured
 
 
 def _log(msg: str) -> None:
@@ -90,9 +100,26 @@ def _test_hook(name: str, step: int) -> bool:
     return value is not None and int(value) == step
 
 
+def degenerate_message(cfg: TrainConfig, degenerate: int, total: int, where: str) -> str:
+    return (f"{degenerate} of {total} preference groups {where} have a rejected sequence identical to the chosen "
+            f"one after truncation to data.seq_len={cfg.data.seq_len} tokens, so they give no gradient: raise "
+            "data.seq_len (inspect the lengths with python -m longrm_jax.data.inspect) or check the data for "
+            "identical responses")
+
+
 def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
-    """Train per ``cfg``; with ``resume`` continue from the newest checkpoint of ``checkpoint.dir``."""
+    """Train per ``cfg``; with ``resume`` continue from the newest checkpoint of ``checkpoint.dir``.
+
+    Process 0 holds ``output_dir`` for the whole run (``training.run_lock``); metrics writers are closed however
+    the run ends (an open tensorboardX writer prints a traceback at interpreter exit)."""
     maybe_initialize(cfg.distributed)
+    with contextlib.ExitStack() as stack:
+        if jax.process_index() == 0:
+            stack.enter_context(RunLock(cfg.output_dir))
+        return _run(cfg, resume, stack)
+
+
+def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack) -> RunResult:
     m = cfg.mesh
     sizes = (m.data, m.fsdp, m.seq, m.tensor)
     devices = jax.devices()
@@ -105,6 +132,11 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
     tokenizer = load_tokenizer(cfg)
     records = train_records(cfg)
     eval_host = eval_batches(cfg, tokenizer) if (cfg.eval_before or cfg.eval_after) else []
+    no_eval_reason = None
+    if (cfg.eval_before or cfg.eval_after) and not eval_host:
+        no_eval_reason = (f"no held-out pairs: data.source {cfg.data.source} has no held-out split and "
+                          "data.eval_source is unset (set it to a held-out file to measure pairwise accuracy)")
+        _log(f"note: {no_eval_reason}")
     if cfg.steps:
         total_steps = cfg.steps
     else:
@@ -134,6 +166,7 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
     if cfg.model.remat != plan.remat:
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, remat=plan.remat))
     writer = MetricsWriter(cfg.output_dir, tensorboard=cfg.tensorboard, append=resume)
+    stack.callback(writer.close)
     if jax.process_index() == 0:
         from longrm_jax.training.config import to_yaml
 
@@ -172,7 +205,7 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
         eval_groups = max([int(np.max(b["num_groups"])) for b in eval_host] + [1])
         eval_fn = make_eval_step(cfg, codec, StageSpec(cfg.stage, cfg.data.num_rejects,
                                                        _groups_bound(cfg, eval_groups), slotted))
-        result = RunResult(final_step=start, checkpoint_dir=ckpt_dir)
+        result = RunResult(final_step=start, checkpoint_dir=ckpt_dir, no_eval_reason=no_eval_reason)
         if cfg.eval_before and start == 0 and eval_host:
             result.accuracy_before = evaluate(eval_fn, state, eval_host, mesh, seq_shards, slots)
             _log(f"held-out pairwise accuracy before training: {100 * result.accuracy_before:.1f}%")
@@ -186,6 +219,12 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
         try:
             while step < total_steps:
                 host = next(iterator)  # this process's rows of the global batch
+                if num_rejects:
+                    bad, groups = degenerate_groups(host, 1 + num_rejects)
+                    if step == start and groups and bad == groups:
+                        raise DegenerateDataError(degenerate_message(cfg, bad, groups, "of the first batch"))
+                    result.degenerate_groups += bad
+                    result.trained_groups += groups
                 step_fn = step_for(_global_max_groups(host))
                 batch = batch_lib.to_global(batch_lib.prepare(host, seq_shards=seq_shards, slots=slots), mesh)
                 t0 = time.perf_counter()
@@ -230,6 +269,9 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
             if step < total_steps:  # stopped by an error: flush what was logged
                 writer.close()
         result.final_step = step
+        if result.degenerate_groups:
+            _log("WARNING: " + degenerate_message(cfg, result.degenerate_groups, result.trained_groups,
+                                                  "trained"))
         if cfg.eval_after and eval_host:
             result.accuracy_after = evaluate(eval_fn, state, eval_host, mesh, seq_shards, slots)
             _log(f"held-out pairwise accuracy after training: {100 * result.accuracy_after:.1f}%")

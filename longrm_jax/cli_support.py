@@ -1,0 +1,65 @@
+"""What every command-line entry point shares: one-line errors (tracebacks on request) and quiet logging.
+
+A CLI's ``main(argv)`` is ``run_cli(body, argv)``: an exception escaping ``body`` prints ``error: <message>``
+on stderr and exits 1; ``--debug`` (each parser declares it via ``add_debug_flag``) or ``LONGRM_DEBUG=1`` lets
+the traceback through instead. Errors from our own code already name the file, row or key they are about, so
+the message is what the user needs; the traceback is for bug reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+DEBUG_ENV = "LONGRM_DEBUG"
+# Messages we write for the user; any other exception type is printed with its type name (e.g. "KeyError: x").
+_PLAIN_TYPES = (ValueError, OSError, RuntimeError)
+
+
+def add_debug_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--debug", action="store_true",
+                        help=f"show the full traceback of an error (also: {DEBUG_ENV}=1)")
+
+
+def debug_requested(argv: Sequence[str]) -> bool:
+    return "--debug" in argv or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0", "false")
+
+
+def error_line(error: BaseException) -> str:
+    """``error: <message>`` on one line (later lines of a multi-line message are joined with " | ")."""
+    text = " | ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    if isinstance(error, KeyError) and error.args:  # str(KeyError) is the repr of its key
+        text = str(error.args[0])
+    if not isinstance(error, _PLAIN_TYPES) or not text:
+        text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return f"error: {text}"
+
+
+def run_cli(body: Callable[[list[str]], int | None], argv: Sequence[str] | None = None) -> int:
+    """Run ``body(argv)``; exceptions become one ``error:`` line and exit status 1 unless debugging."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return body(argv) or 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - the CLI boundary: every error becomes one line
+        if debug_requested(argv):
+            raise
+        print(error_line(error), file=sys.stderr)
+        return 1
+
+
+def silence_absl_warnings() -> None:
+    """orbax / grain log through absl; their routine warnings (e.g. about unset options) are noise to a CLI
+    user. Our own logging is unaffected."""
+    try:
+        from absl import logging as absl_logging
+    except ImportError:
+        return
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    import logging
+
+    logging.getLogger("absl").setLevel(logging.ERROR)

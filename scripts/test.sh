@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# From a fresh clone: find Python 3.12, create/reuse .venv, install the project with its test extra (pytest,
+# torch, transformers 5.x, tokamax), put transformers 4.57 in a side folder for tests/test_hf_transformers4.py,
+# and run the whole suite (`python -m pytest -n 2 tests`). Extra arguments replace `-n 2 tests`, e.g.
+# `bash scripts/test.sh tests/test_training_config.py -x`. Safe to run again. This is what CI runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/_env.sh
+setup_env "test"
+
+# transformers 4.57 beside 5.x: the test that exported configs give the same RoPE under both runs it in a
+# subprocess with PYTHONPATH=$LONGRM_TF4_PATH.
+if [ -z "${LONGRM_TF4_PATH:-}" ]; then
+  export LONGRM_TF4_PATH="$PWD/$VENV/tf457"
+  if [ ! -f "$LONGRM_TF4_PATH/.complete" ]; then
+    echo "installing transformers 4.57 into $LONGRM_TF4_PATH"
+    "$VENV/bin/python" -m pip install -q --no-deps --target "$LONGRM_TF4_PATH" "transformers==4.57.*" \
+      "tokenizers>=0.22,<=0.23.0" "huggingface-hub>=0.34,<1.0"
+    touch "$LONGRM_TF4_PATH/.complete"
+  fi
+fi
+
+args=("$@")
+[ ${#args[@]} -gt 0 ] || args=(-n 2 tests)
+exec "$VENV/bin/python" -m pytest "${args[@]}"
