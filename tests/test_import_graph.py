@@ -21,7 +21,7 @@ LAYERS = (
     ("longrm_jax.data", "longrm_jax.hf"),
     ("longrm_jax.models",),
     ("longrm_jax.ops",),
-    ("longrm_jax.parallel", "longrm_jax.losses"),
+    ("longrm_jax.parallel", "longrm_jax.losses", "longrm_jax.cli_support"),
 )
 # Packages of one layer that must not import each other either (siblings, not a chain).
 INDEPENDENT = (
@@ -29,8 +29,8 @@ INDEPENDENT = (
     ("longrm_jax.data", "longrm_jax.hf"),
     ("longrm_jax.parallel", "longrm_jax.losses"),
 )
-# losses.py is pure: jax only.
-LEAVES = ("longrm_jax.losses",)
+# losses.py is pure: jax only; cli_support (one-line errors, --debug) serves every CLI, data's included.
+LEAVES = ("longrm_jax.losses", "longrm_jax.cli_support")
 
 # TODO(issue 17 item 2): the CLI resolves what it exports and LoRA merging gets one home; these circles
 # (and the library importing the export CLI) go away then, and so do these exceptions.
