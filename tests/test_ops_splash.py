@@ -178,3 +178,15 @@ def test_training_step_with_splash_equals_xla():
     np.testing.assert_allclose(m_splash["grad_norm"], m_xla["grad_norm"], rtol=1e-4)
     for key in p_xla:
         np.testing.assert_allclose(p_splash[key], p_xla[key], rtol=1e-4, atol=1e-6, err_msg=key)
+
+
+def test_a_changed_private_backward_is_reported(monkeypatch):
+    from longrm_jax.ops import splash
+
+    splash._private_backward.cache_clear()
+    monkeypatch.setattr(splash, "_BWD_PARAMS", splash._BWD_PARAMS[:-1])
+    try:
+        with pytest.raises(AttentionNotSupportedError, match="_splash_attention_bwd"):
+            splash._private_backward()
+    finally:
+        splash._private_backward.cache_clear()
