@@ -92,6 +92,8 @@ def test_block_sizes_follow_length_and_head_dim():
     assert (block_sizes(32768, 32768, 128).block_q, block_sizes(32768, 32768, 128).block_kv) == (512, 512)
     assert block_sizes(32768, 32768, 256).block_q == 256  # larger heads: smaller tiles
     assert block_sizes(200, 64, 64).block_q == 256 and block_sizes(200, 64, 64).block_kv == 128
+    # The padding stays under 128 tokens: a length of 600 runs 640 tokens in tiles of 128, not 1024 in 512s.
+    assert [block_sizes(n, n, 128).block_q for n in (600, 1280, 1536)] == [128, 256, 512]
 
 
 def test_splash_errors_are_clear():

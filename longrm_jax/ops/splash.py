@@ -9,9 +9,9 @@ over fewer key/value heads itself, query head n reading kv head n // (Hq / Hkv),
     change raises ``AttentionNotSupportedError`` naming it, never a wrong gradient.
 ``interpret=True`` runs the same kernels in the Pallas interpreter on any backend (CPU tests).
 
-Sizes. Splash tiles the sequence in blocks that are multiples of the TPU lane width (128). ``block_sizes``
-picks them per length and head dim (512 up to head dim 128, 256 above, never more than the padded length);
-lengths are padded to the block multiple: padded keys are masked out (causal: they lie in every real query's
+Sizes. Splash tiles the sequence in blocks that are multiples of the TPU lane width (128). Lengths are padded
+to a multiple of 128 and ``block_sizes`` picks the tiles per length and head dim: the largest of 512 (256 above
+head dim 128), 256, 128 that divides the padded length. Padded keys are masked out (causal: they lie in every real query's
 future; otherwise by a segment id no real token has), padded queries are dropped. Splash applies no softmax
 scale: q is scaled first (in q's dtype, as TPU training does), and dq scaled back.
 A query that sees no key gets out 0 and LSE ``-inf`` (splash itself would give the mean of v).
@@ -48,11 +48,18 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+def padded_length(length: int) -> int:
+    """Sequence lengths are padded to the lane width, never more (a longer block only when it divides)."""
+    return _round_up(max(length, 1), LANES)
+
+
 def block_size(length: int, head_dim: int) -> int:
-    """Sequence block for one axis: 512 (256 when head_dim > 128, to stay within VMEM), at most the length
-    rounded up to the lane width."""
-    preferred = 512 if head_dim <= 128 else 256
-    return min(preferred, _round_up(max(length, 1), LANES))
+    """Sequence block for one axis: the largest of 512 (256 when head_dim > 128, to stay within VMEM), 256, 128
+    that divides the padded length."""
+    block = 512 if head_dim <= 128 else 256
+    while padded_length(length) % block:
+        block //= 2
+    return block
 
 
 def block_sizes(t: int, s: int, head_dim: int):
@@ -95,9 +102,7 @@ class _Padded:
         if causal and t != s:
             raise AttentionNotSupportedError(f"splash causal attention needs T == S (got T={t}, S={s})")
         self.t, self.s, self.heads = t, s, hq
-        self.tp, self.sp = _round_up(t, block_size(t, d)), _round_up(s, block_size(s, d))
-        if causal:  # one length for both, so the causal diagonal stays where it was
-            self.tp = self.sp = max(self.tp, self.sp)
+        self.tp, self.sp = padded_length(t), padded_length(s)  # causal: t == s, so the diagonal stays put
         self.scale = d**-0.5 if scale is None else float(scale)
         self.q = self._heads_first((q * jnp.asarray(self.scale, q.dtype)), self.tp)
         self.k, self.v = self._heads_first(k, self.sp), self._heads_first(v, self.sp)
