@@ -122,7 +122,7 @@ def test_auto_on_cpu_is_xla_and_matches_reference():
 
 def test_unknown_impl_lists_valid_ones():
     q, k, v = _qkv(t=8)
-    with pytest.raises(ValueError, match="valid: auto, xla, cudnn, pallas, pallas-mosaic, pallas-triton, ring"):
+    with pytest.raises(ValueError, match="valid: auto, xla, cudnn, pallas, pallas-mosaic, pallas-triton, splash, ring"):
         attention(q, k, v, impl="flash9")
 
 

@@ -77,6 +77,8 @@ class ModelConfig:
     # Off by default: the unrolled decode program compiles (and autotunes) every layer separately, minutes at 8B.
     unroll_cached_layers: bool = False
     attention_impl: str = "auto"
+    # Run ``attention_impl="splash"`` (TPU kernels) in the Pallas interpreter: tests of the TPU path on a CPU.
+    attention_interpret: bool = False
 
     def __post_init__(self):
         scaling = self.rope_scaling

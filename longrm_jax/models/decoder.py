@@ -151,7 +151,8 @@ class Decoder(nnx.Module):
 
         if cache is None:
             def attend(q, k, v):
-                return attention(q, k, v, segment_ids=segment_ids, causal=True, impl=cfg.attention_impl), None
+                return attention(q, k, v, segment_ids=segment_ids, causal=True, impl=cfg.attention_impl,
+                                 interpret=cfg.attention_interpret), None
 
             def body(x, p, i):
                 return layer_forward(p, x, cos, sin, cfg, self.rules, attend)[0]
@@ -180,7 +181,8 @@ class Decoder(nnx.Module):
                 k_new = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
                 v_new = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
                 if prefill:  # empty cache: plain (fast-kernel) attention over the new tokens only
-                    out = attention(q, k, v, segment_ids=segment_ids, causal=True, impl=cfg.attention_impl)
+                    out = attention(q, k, v, segment_ids=segment_ids, causal=True, impl=cfg.attention_impl,
+                                    interpret=cfg.attention_interpret)
                 else:
                     out = masked_attention(q, k_new[i], v_new[i], mask)
                 return out, (k_new, v_new)

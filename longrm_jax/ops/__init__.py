@@ -1,7 +1,8 @@
 """Kernels that know no model: the attention entry point, its implementations and ring attention.
 
-Inside the package the modules import one way: ``contract`` (names, errors, shape checks) <- kernels
-(``xla_attention``, ``cudnn_flash``, ``flash``) <- ``dispatch`` (which kernel) <- ``ring`` <- ``attention``.
+Inside the package the modules import one way: ``contract`` (names, errors, shape checks) <- ``kernel_vjp``
+<- kernels (``xla_attention``, ``cudnn_flash``, ``splash``, ``flash`` with the registry ``get_kernel``)
+<- ``dispatch`` (which kernel) <- ``ring`` <- ``attention``.
 """
 
 from longrm_jax.ops.attention import attention, attention_with_lse, dense_reference

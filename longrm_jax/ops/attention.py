@@ -8,6 +8,8 @@ Implementations (``impl``):
              tokamax's LSE (``ops.flash.HybridKernel``; with segment ids, tokamax's own backward);
              before Hopper tokamax's Triton kernels. TPU: splash attention.
   ``pallas-mosaic`` / ``pallas-triton``  tokamax alone (its own forward and backward), GPU.
+  ``splash`` TPU splash attention with its LSE (``ops.splash``); ``auto`` on TPU. ``interpret=True`` runs it
+             in the Pallas interpreter on any backend (tests).
   ``ring``   ``ops.ring`` over the ``seq`` mesh axis (tokens must be in zigzag order, see
              ``parallel.zigzag.zigzag_permutation``), local blocks by the best single-device kernel.
   ``auto``   see ``ops.dispatch``: ring when the current mesh has a ``seq`` axis of size > 1, otherwise the
@@ -26,6 +28,7 @@ from longrm_jax.ops import flash
 from longrm_jax.ops.contract import (
     PALLAS_IMPLS,
     AttentionNotSupportedError,
+    check_interpret,
     check_shapes,
     mesh_size,
     split_segment_ids,
@@ -34,28 +37,31 @@ from longrm_jax.ops.dispatch import local_impl, resolve_impl
 from longrm_jax.ops.ring import ring_attention
 from longrm_jax.ops.xla_attention import xla_attention_with_lse
 
-def attention_with_lse(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None):
+def attention_with_lse(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None, interpret=False):
     """Attention plus its log-sum-exp: ``(out [B,T,Hq,D] q.dtype, lse [B,Hq,T] fp32, natural log)``.
 
     ``lse[b, h, i] = log sum_j exp(scale * q_i . k_j)`` over the keys query i may see (``-inf`` when none).
-    Differentiable through both outputs. Single-device kernels only (``ring`` is not accepted here).
+    Differentiable through both outputs (the kernels other than ``xla``: through ``out``). Single-device kernels
+    only (``ring`` is not accepted here). ``interpret``: ``splash`` in the Pallas interpreter (any backend).
     """
     check_shapes(q, k, v)
     q_seg, kv_seg = split_segment_ids(segment_ids, q.shape[1], k.shape[1])
     name = local_impl(impl, has_segment_ids=q_seg is not None)
+    check_interpret(name, interpret)
     if name == "xla":
         return xla_attention_with_lse(q, k, v, q_segment_ids=q_seg, kv_segment_ids=kv_seg, causal=causal,
                                       scale=scale)
-    kernel = flash.get_kernel(name)
+    kernel = flash.get_kernel(name, interpret)
     return kernel.attention_with_lse(q, k, v, q_segment_ids=q_seg, kv_segment_ids=kv_seg, causal=causal,
                                      scale=scale)
 
 
-def attention(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None):
+def attention(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None, interpret=False):
     """Multi-head attention with GQA, causal and packed-row (segment id) masks. See the module docstring.
 
     q [B, T, Hq, D], k/v [B, S, Hkv, D] -> [B, T, Hq, D] in q's dtype. ``scale`` defaults to D**-0.5.
-    Under a mesh with ``seq`` > 1 (``auto`` or ``ring``) the tokens must be in zigzag order.
+    Under a mesh with ``seq`` > 1 (``auto`` or ``ring``) the tokens must be in zigzag order. ``interpret``:
+    run ``splash`` (also as ring blocks) in the Pallas interpreter, on any backend (tests).
     """
     check_shapes(q, k, v)
     q_seg, kv_seg = split_segment_ids(segment_ids, q.shape[1], k.shape[1])
@@ -70,12 +76,13 @@ def attention(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None
         if q_seg is not kv_seg:
             raise AttentionNotSupportedError("ring attention takes one segment_ids array (self-attention)")
         return ring_attention(q, k, v, segment_ids=q_seg, causal=causal, scale=scale,
-                              impl="auto" if impl in ("auto", "ring") else impl)
+                              impl="auto" if impl in ("auto", "ring") else impl, interpret=interpret)
+    check_interpret(name, interpret)
     if name == "xla":
         out, _ = xla_attention_with_lse(q, k, v, q_segment_ids=q_seg, kv_segment_ids=kv_seg, causal=causal,
                                         scale=scale)
         return out
-    return flash.get_kernel(name).attention(q, k, v, q_segment_ids=q_seg, kv_segment_ids=kv_seg,
+    return flash.get_kernel(name, interpret).attention(q, k, v, q_segment_ids=q_seg, kv_segment_ids=kv_seg,
                                             causal=causal, scale=scale)
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import jax
 
-IMPLEMENTATIONS = ("auto", "xla", "cudnn", "pallas", "pallas-mosaic", "pallas-triton", "ring")
-PALLAS_IMPLS = ("pallas", "pallas-mosaic", "pallas-triton")  # custom calls the compiler cannot partition
+IMPLEMENTATIONS = ("auto", "xla", "cudnn", "pallas", "pallas-mosaic", "pallas-triton", "splash", "ring")
+PALLAS_IMPLS = ("pallas", "pallas-mosaic", "pallas-triton", "splash")  # custom calls the compiler cannot partition
 
 
 class AttentionNotSupportedError(ValueError):
@@ -25,6 +25,13 @@ ATTENTION_LSE_NAME = "attention_kernel_lse"
 def check_impl(impl):
     if impl not in IMPLEMENTATIONS:
         raise ValueError(f"unknown attention impl {impl!r}; valid: {', '.join(IMPLEMENTATIONS)}")
+
+
+def check_interpret(name, interpret):
+    """``interpret=True`` (the Pallas interpreter, for tests on any backend) exists for the splash kernel only."""
+    if interpret and name != "splash":
+        raise ValueError(f"interpret=True runs the TPU splash kernel in the Pallas interpreter; impl={name!r} "
+                         "has no interpreted form (use impl='splash')")
 
 
 def split_segment_ids(segment_ids, t, s):

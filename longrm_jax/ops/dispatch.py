@@ -13,7 +13,7 @@ import logging
 import jax
 
 from longrm_jax.ops import flash
-from longrm_jax.ops.contract import check_impl, seq_axis_size
+from longrm_jax.ops.contract import check_impl, check_interpret, seq_axis_size
 from longrm_jax.ops.xla_attention import XlaBlockKernel
 
 
@@ -58,7 +58,7 @@ def local_impl(impl="auto", *, has_segment_ids=False):
         return impl
     backend = jax.default_backend()
     if backend == "tpu":
-        return "pallas"
+        return "splash"
     if backend == "gpu":
         # fwd+bwd on H200 (TFLOP/s at 32K): hybrid pallas ~ cuDNN's backward + a faster forward > cudnn 550
         # > tokamax mosaic alone 488. Only tokamax honours segment ids.
@@ -72,14 +72,16 @@ def local_impl(impl="auto", *, has_segment_ids=False):
     return "xla"
 
 
-def block_kernel(impl="auto", *, has_segment_ids=False):
+def block_kernel(impl="auto", *, has_segment_ids=False, interpret=False):
     """The single-device kernel object (``fwd``/``bwd`` with LSE residuals) that ring attention drives.
 
     ``impl`` may also be a kernel object itself (anything with those two methods), e.g. for tests.
+    ``interpret``: splash blocks in the Pallas interpreter (tests on any backend).
     """
     if not isinstance(impl, str):
         return impl
     name = local_impl(impl, has_segment_ids=has_segment_ids)
+    check_interpret(name, interpret)
     if name == "xla":
         return XlaBlockKernel
-    return flash.get_kernel(name)
+    return flash.get_kernel(name, interpret)

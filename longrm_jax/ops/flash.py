@@ -18,10 +18,9 @@ from the *global* out/lse.
 - ``CudnnKernel``: cuDNN flash attention; no segment ids. Forward statistics in fp32 and a ring block
   backward from the global out/LSE through ``ops.cudnn_flash`` when available; otherwise
   ``jax.nn.dot_product_attention`` (bf16-rounded LSE) and no ring backward.
-- ``SplashKernel`` (TPU): ``jax.experimental.pallas.ops.tpu.splash_attention`` with ``SegmentIds``;
-  single-device ``attention`` only. Not exercised by the CPU test-suite (no TPU here).
+- ``SplashKernel`` (TPU, ``impl="splash"``; also what ``pallas`` means on TPU): see ``ops.splash``.
 
-Gradients through the LSE output of ``attention_with_lse`` are supported by ``xla`` only; the kernels here
+Gradients through the LSE output of ``attention_with_lse`` are supported by ``xla`` only; the kernels
 raise ``NotImplementedError`` if a non-zero LSE cotangent reaches them (never a silently wrong gradient).
 """
 
@@ -32,11 +31,11 @@ import logging
 
 import jax
 import jax.numpy as jnp
-from jax.ad_checkpoint import checkpoint_name
-from jax.custom_derivatives import SymbolicZero
 
 from longrm_jax.ops import cudnn_flash, cudnn_packed
-from longrm_jax.ops.contract import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME, AttentionNotSupportedError
+from longrm_jax.ops.contract import AttentionNotSupportedError, check_interpret
+from longrm_jax.ops.kernel_vjp import LseVjpKernel, lse_vjp_kernel
+from longrm_jax.ops.splash import SplashKernel
 
 
 # ------------------------------------------------------------------------------------------ tokamax
@@ -116,42 +115,7 @@ def _poison_unless(exact, x, axis_b=0):
     return jnp.where(exact.reshape(shape), x, jnp.nan)
 
 
-def _lse_vjp_kernel(fwd, bwd):
-    """``attention_with_lse`` from a kernel's fwd/bwd: differentiable through ``out`` (LSE cotangent refused)."""
-
-    # kv_seg None with q_seg given means "the same array" (self-attention): kernels may test identity.
-    def _kv(q_seg, kv_seg):
-        return q_seg if kv_seg is None else kv_seg
-
-    @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-    def f(q, k, v, q_seg, kv_seg, causal, scale):
-        return fwd(q, k, v, q_segment_ids=q_seg, kv_segment_ids=_kv(q_seg, kv_seg), causal=causal, scale=scale)
-
-    def f_fwd(q, k, v, q_seg, kv_seg, causal, scale):
-        q, k, v, q_seg, kv_seg = jax.tree.map(lambda p: p.value, (q, k, v, q_seg, kv_seg))
-        out, lse = fwd(q, k, v, q_segment_ids=q_seg, kv_segment_ids=_kv(q_seg, kv_seg), causal=causal,
-                       scale=scale)
-        # Named so that a remat policy can keep exactly these two (the backward's only kernel outputs) and
-        # recompute q, k, v: see models.layers.save_attention_policy.
-        out, lse = checkpoint_name(out, ATTENTION_OUT_NAME), checkpoint_name(lse, ATTENTION_LSE_NAME)
-        return (out, lse), (q, k, v, out, lse, q_seg, kv_seg)
-
-    def f_bwd(causal, scale, res, cts):
-        q, k, v, out, lse, q_seg, kv_seg = res
-        dout, dlse = cts
-        if not isinstance(dlse, SymbolicZero):
-            raise NotImplementedError("gradient through the LSE output is only implemented by impl='xla'")
-        if isinstance(dout, SymbolicZero):
-            dout = jnp.zeros(out.shape, out.dtype)
-        dq, dk, dv = bwd(q, k, v, out, lse, dout, q_segment_ids=q_seg, kv_segment_ids=_kv(q_seg, kv_seg),
-                         causal=causal, scale=scale)
-        return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None
-
-    f.defvjp(f_fwd, f_bwd, symbolic_zeros=True)
-    return f
-
-
-class TokamaxKernel:
+class TokamaxKernel(LseVjpKernel):
     """tokamax flash attention. ``implementation``: ``mosaic`` | ``triton`` | ``xla`` (the last for CPU tests)."""
 
     def __init__(self, implementation="mosaic"):
@@ -160,7 +124,6 @@ class TokamaxKernel:
         # The Mosaic/Triton VJPs compute delta = rowsum(out * dout) from the out they are given, so global
         # out/lse give exact per-block gradients. The xla stand-in's VJP sums over the block only: local use.
         self.supports_ring_backward = implementation != "xla"
-        self._with_lse = _lse_vjp_kernel(self.fwd, self.bwd)
 
     @functools.cached_property
     def op(self):
@@ -221,14 +184,6 @@ class TokamaxKernel:
         grads = self.op.vjp((m, jnp.ones_like(m)), out.astype(q.dtype), dout.astype(q.dtype), q, k, v, **bound)
         return tuple(_poison_unless(exact, grads[name]) for name in ("q", "k", "v"))
 
-    def attention_with_lse(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None):
-        kv_seg = None if kv_segment_ids is q_segment_ids else kv_segment_ids
-        return self._with_lse(q, k, v, q_segment_ids, kv_seg, bool(causal), scale)
-
-    def attention(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None):
-        return self.attention_with_lse(q, k, v, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
-                                       causal=causal, scale=scale)[0]
-
 
 class HybridKernel(TokamaxKernel):
     """tokamax forward + cuDNN flash backward fed with tokamax's LSE (``impl="pallas"`` on Hopper+ GPUs).
@@ -275,7 +230,7 @@ class CudnnKernel:
     def __init__(self):
         # The private primitives give fp32 statistics and a backward from the global out/LSE (ring blocks).
         self.supports_ring_backward = cudnn_flash.available()
-        self._with_lse = _lse_vjp_kernel(self.fwd, self.bwd if cudnn_flash.available() else self._bwd_recompute)
+        self._with_lse = lse_vjp_kernel(self.fwd, self.bwd if cudnn_flash.available() else self._bwd_recompute)
 
     @staticmethod
     def _check(q, k, q_seg, causal):
@@ -305,7 +260,7 @@ class CudnnKernel:
     def _bwd_recompute(self, q, k, v, out, lse, dout, *, q_segment_ids=None, kv_segment_ids=None, causal=True,
                        scale=None):
         # Only used for the local (non-ring) gradient, where out/lse are this call's own: re-run through
-        # jax.nn's own VJP (correct for the output cotangent, which is all _lse_vjp_kernel lets through).
+        # jax.nn's own VJP (correct for the output cotangent, which is all lse_vjp_kernel lets through).
         def f(q, k, v):
             return jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=causal, implementation="cudnn")
 
@@ -319,44 +274,6 @@ class CudnnKernel:
     def attention_with_lse(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None):
         self._check(q, k, q_segment_ids, causal)
         return self._with_lse(q, k, v, None, None, bool(causal), scale)
-
-
-# -------------------------------------------------------------------------------------- TPU splash
-
-
-class SplashKernel:
-    """TPU splash attention (single-device ``attention`` only)."""
-
-    name = "pallas[splash]"
-    supports_ring_backward = False
-
-    def attention(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None):
-        from jax.experimental.pallas.ops.tpu import splash_attention as sa  # noqa: PLC0415
-
-        b, t, hq, d = q.shape
-        s, hkv = k.shape[1], k.shape[2]
-        if causal and t != s:
-            raise AttentionNotSupportedError("splash causal attention needs T == S")
-        scale = d**-0.5 if scale is None else float(scale)
-        g = hq // hkv
-        mask_2d = sa.CausalMask((t, s)) if causal else sa.FullMask((t, s))
-        kernel = sa.make_splash_mqa_single_device(sa.MultiHeadMask([mask_2d] * g))
-        # Splash applies no scale: fold it into q. Layout per call: q [G, T, D], k/v [S, D] (one kv head).
-        qg = (q * jnp.asarray(scale, q.dtype)).reshape(b, t, hkv, g, d).transpose(0, 2, 3, 1, 4)
-        kh, vh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
-
-        def one(qh, kh, vh, q_seg, kv_seg):
-            seg = None if q_seg is None else sa.SegmentIds(q=q_seg, kv=kv_seg)
-            return kernel(qh, kh, vh, segment_ids=seg)
-
-        per_head = jax.vmap(one, in_axes=(0, 0, 0, None, None))
-        out = jax.vmap(per_head)(qg, kh, vh, q_segment_ids, kv_segment_ids)  # [B, K, G, T, D]
-        return out.transpose(0, 3, 1, 2, 4).reshape(b, t, hq, d).astype(q.dtype)
-
-    def attention_with_lse(self, *args, **kwargs):
-        raise AttentionNotSupportedError("splash attention does not return the LSE here; use impl='xla'")
-
-    fwd = bwd = attention_with_lse
 
 
 # ------------------------------------------------------------------------------------------ registry
@@ -375,20 +292,27 @@ def hybrid_available() -> bool:
 
 
 @functools.cache
-def get_kernel(name):
-    """Kernel object for ``cudnn`` / ``pallas`` / ``pallas-mosaic`` / ``pallas-triton`` here; raises if unavailable.
+def get_kernel(name, interpret=False):
+    """Kernel object for ``cudnn`` / ``pallas`` / ``pallas-mosaic`` / ``pallas-triton`` / ``splash`` here; raises
+    if unavailable.
 
     ``pallas`` on GPU: the hybrid (tokamax Mosaic forward + cuDNN backward) on Hopper+, tokamax Triton
-    before; ``pallas-mosaic`` / ``pallas-triton``: tokamax alone (its own forward and backward).
+    before; ``pallas-mosaic`` / ``pallas-triton``: tokamax alone (its own forward and backward). ``pallas`` on
+    TPU and ``splash``: TPU splash attention; ``interpret=True`` (splash only) runs it in the Pallas
+    interpreter on any backend.
     """
     backend = jax.default_backend()
+    check_interpret(name, interpret)
+    if name == "splash" or (name == "pallas" and backend == "tpu"):
+        if backend != "tpu" and not interpret:
+            raise AttentionNotSupportedError(f"impl='splash' needs a TPU (backend is {backend!r}); interpret=True "
+                                             "runs it in the Pallas interpreter (slow, for tests)")
+        return SplashKernel(interpret=interpret)
     if name == "cudnn":
         if backend != "gpu":
             raise AttentionNotSupportedError(f"impl='cudnn' needs an NVIDIA GPU (backend is {backend!r})")
         return CudnnKernel()
     if name in ("pallas", "pallas-mosaic", "pallas-triton"):
-        if backend == "tpu" and name == "pallas":
-            return SplashKernel()
         if backend != "gpu":
             raise AttentionNotSupportedError(f"impl={name!r} needs a GPU{' or TPU' if name == 'pallas' else ''} "
                                              f"(backend is {backend!r})")

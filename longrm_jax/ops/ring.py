@@ -240,7 +240,7 @@ class _RingConfig:
 
 
 def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=True, zigzag=True,
-                   impl="auto", scale=None):
+                   impl="auto", scale=None, interpret=False):
     """Attention with the sequence split over mesh axis ``axis``; same math as ``ops.attention``.
 
     q [B, T, Hq, D], k/v [B, T, Hkv, D], segment_ids [B, T] are *global* arrays (under ``jit``, typically
@@ -251,7 +251,8 @@ def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=T
     uses the mesh set by ``jax.set_mesh``. ``impl`` picks the per-block kernel: ``auto`` (the fastest
     single-device kernel, as ``ops.attention``), ``xla``, ``pallas`` (on Hopper+: tokamax Mosaic forward
     blocks, cuDNN backward blocks from the global out/LSE), ``pallas-mosaic``, ``pallas-triton``, or
-    ``cudnn`` (its blocks' backward needs JAX's private cuDNN API, see ``ops.cudnn_flash``).
+    ``cudnn`` (its blocks' backward needs JAX's private cuDNN API, see ``ops.cudnn_flash``), or ``splash``
+    (TPU; the default there; ``interpret=True`` runs its blocks in the Pallas interpreter on any backend).
     """
     check_shapes(q, k, v)
     if mesh is None:
@@ -274,7 +275,7 @@ def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=T
         if impl == "cudnn":
             if not cudnn_flash.available():  # no cuDNN backward from global statistics: train with xla
                 impl = "xla"
-    kernel = block_kernel(impl, has_segment_ids=segment_ids is not None)
+    kernel = block_kernel(impl, has_segment_ids=segment_ids is not None, interpret=interpret)
     scale = d**-0.5 if scale is None else float(scale)
 
     batch = divisible_axes(mesh, BATCH_AXES, b, exclude=(axis,))
