@@ -11,3 +11,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# The real upstream sample rows: shared/ lies beside the repository (the CI clone has it there too);
+# LONGRM_UPSTREAM_DATA overrides.
+UPSTREAM_DATA = os.environ.get("LONGRM_UPSTREAM_DATA") or os.path.normpath(os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "longrm_upstream"))

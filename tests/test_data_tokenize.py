@@ -11,7 +11,7 @@ from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR, load_tiny_tokeniz
 from longrm_jax.data.tokenize import (ChatTokenizer, TokenizedSample, TruncationConfig, TruncationStats,
                                       truncate_middle, truncate_sample)
 
-UPSTREAM = "/work/shared/data/longrm_upstream"
+from conftest import UPSTREAM_DATA as UPSTREAM
 PROMPT = ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is the password?"})
 PROV = Provenance("mem.jsonl", 3, 4)
 

@@ -16,11 +16,7 @@ from longrm_jax.data.tokenize import ChatTokenizer
 
 import qwen3_like_tokenizer
 
-UPSTREAM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "..", "shared", "data",
-                        "longrm_upstream")
-UPSTREAM = os.environ.get("LONGRM_UPSTREAM_DATA", os.path.normpath(UPSTREAM))
-if not os.path.isdir(UPSTREAM):
-    UPSTREAM = "/work/shared/data/longrm_upstream"
+from conftest import UPSTREAM_DATA as UPSTREAM
 SIMPO = os.path.join(UPSTREAM, "SimPO_Data_Sampled20")
 THINK, THINK_END, NEWLINES, IM_END = 151667, 151668, 271, 151645
 

