@@ -90,9 +90,9 @@ def test_every_long_pair_trains_a_nonzero_gradient(model):
     assert seen == 6
 
 
-@pytest.mark.slow  # 20 gradients of 2 x 4,096-token pairs: about 2.5 min on 2 busy cores
-def test_real_upstream_pairs_in_4096_token_rows_all_have_nonzero_gradients(request):
-    """The 20 real SimPO rows (prompts of 14K to 70K Qwen tokens) in rows of 4,096: each pair's own gradient is
+@pytest.mark.slow  # tokenizing 20 real rows (up to 107K tokens) and 20 gradients of 2 x 2,048-token pairs
+def test_real_upstream_pairs_in_2048_token_rows_all_have_nonzero_gradients(request):
+    """The 20 real SimPO rows (prompts of 14K to 70K Qwen tokens) in rows of 2,048: each pair's own gradient is
     non-zero. Token ids are renumbered into a small vocabulary (order kept) so a tiny model can run them."""
     import os
 
@@ -112,12 +112,12 @@ def test_real_upstream_pairs_in_4096_token_rows_all_have_nonzero_gradients(reque
         qwen3_like_tokenizer.build(str(out))
     tok = ChatTokenizer.from_dir(str(out), enable_thinking=None)
     records = [r for s in ("train", "eval", "test") for r in read_records(simpo, "preference", split=s)]
-    it = make_train_iterator(records, tok, stage="simpo", max_length=4096, buckets=(4096,), batch_size=1,
+    it = make_train_iterator(records, tok, stage="simpo", max_length=2048, buckets=(2048,), batch_size=1,
                              shuffle=False, num_epochs=1, prefetch=0, process_index=0, process_count=1)
     batches = list(it)
     it.close()
     vocab = np.unique(np.concatenate([b["input_ids"].ravel() for b in batches]))
-    cfg = load_config(None, ["stage=simpo", "data.seq_len=4096", "model.overrides.num_layers=1",
+    cfg = load_config(None, ["stage=simpo", "data.seq_len=2048", "model.overrides.num_layers=1",
                              f"model.overrides.vocab_size={len(vocab)}"], base=DEFAULT_CONFIG)
     mesh = make_mesh(1, 1, 1, 1, devices=jax.devices()[:1])
     codec, values = init_random(with_training_numerics(preset_config(cfg), cfg), mesh, 0)
