@@ -177,10 +177,6 @@ class TrainConfig:
         self._check_ranges()
         if self.stage not in ("sft", "simpo", "bt"):
             raise ConfigError(f"stage must be one of sft, simpo, bt; got {self.stage!r}")
-        if self.grad_accum < 1:
-            raise ConfigError(f"grad_accum must be >= 1; got {self.grad_accum}")
-        if self.data.batch_rows < 1:
-            raise ConfigError(f"data.batch_rows must be >= 1; got {self.data.batch_rows}")
         group_rows = 1 + self.data.num_rejects
         if self.data.layout == "rows" and self.stage != "sft" and self.data.batch_rows % group_rows:
             raise ConfigError(
