@@ -10,7 +10,7 @@ tokamax's own backward with segment ids), ``pallas-mosaic`` / ``pallas-triton`` 
 ``xla`` (blockwise reference), ``torch`` (SDPA, the peer). A note gives each impl's fwd+bwd as % of cuDNN.
 
 Shapes default to Qwen3-8B attention: bf16, causal, 32 query heads, 8 kv heads, head_dim 128, batch 1.
-FLOPs count the causal half only (reference section 7): fwd = 2 B S^2 H D, fwd+bwd = 3.5 x fwd.
+FLOPs count the causal half only (docs/flops.md): fwd = 2 B S^2 H D, fwd+bwd = 3.5 x fwd.
 Correctness: every impl's output and dq/dk/dv on random bf16 inputs against the fp32 blockwise reference
 (``impl="xla"`` on fp32 copies, HIGHEST matmul precision), relative max error, at lengths <= --check-max-len;
 the pallas path is also checked with packed rows (segment ids). Timing: warm-up, then the median of

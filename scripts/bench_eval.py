@@ -18,7 +18,7 @@ Measured, each in its own subprocess (so one framework's memory never limits the
   ``bound tokens/s = batch * HBM bandwidth / (weight bytes + KV cache bytes)``. Runs with the GPU decode XLA
   flags (``longrm_jax.models.xla_flags``), as the evaluator's GRM path does (``--decode-no-gpu-flags``: without).
 
-FLOPs per scored token follow reference section 7: forward = a third of ``6 N + 6 L H d S`` per token
+FLOPs per scored token follow docs/flops.md: forward = a third of ``6 N + 6 L H d S`` per token
 = ``2 N + 2 L H d S`` (the attention term is already the causal half; not halved again). Weights are initialised in place on the device (no checkpoint I/O). Prints a table and
 appends it to docs/benchmarks.md (``--no-append`` to skip; ``--smoke`` never appends unless ``--append``).
 """
@@ -61,7 +61,7 @@ def model_config(args, head: str):
 
 
 def forward_flops_per_token(cfg, head: str, seq_len: int) -> float:
-    """Forward FLOPs per token of a causal ``seq_len``-token sequence (reference section 7).
+    """Forward FLOPs per token of a causal ``seq_len``-token sequence (docs/flops.md).
 
     ``(6 N + 6 L H_q d S) / 3 = 2 N + 2 L H_q d S``: the attention term ``6 L H_q d S`` is already the causally
     halved ``12 L H_q d S / 2``, so it must not be halved again (an earlier version did, under-reporting

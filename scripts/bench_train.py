@@ -15,7 +15,7 @@ holding whole groups, with segment ids) it times training steps with random weig
   attention over all n), when visible. `--full-params` trains every weight where the config uses LoRA.
 - the PyTorch peer in the same run (each configuration in its own process): HF transformers, SDPA, gradient checkpointing, AdamW, bf16 weights, the pair
   as a batch of 2 sequences.
-It prints tokens/s, MFU (reference section 7: FLOPs = 6 N_matmul + 6 L H d S per token, 989 TFLOP/s peak per
+It prints tokens/s, MFU (docs/flops.md: FLOPs = 6 N_matmul + 6 L H d S per token, 989 TFLOP/s peak per
 H100/H200) and peak memory, as a table, and appends the table to docs/benchmarks.md (not with --smoke unless
 --append is given). `--json` keeps every figure, `--plot` draws tokens/s and MFU against pair length, ours
 against the peer, and the last lines name the longest pair each device count trained (list longer lengths

@@ -18,7 +18,7 @@ def _load_bench():
 
 
 def test_forward_flops_per_token_qwen3_8b_32k():
-    """Reference section 7, by hand for Qwen3-8B as a classifier at S = 32768:
+    """docs/flops.md by hand for Qwen3-8B as a classifier at S = 32768:
     N = 36 * (4096*32*128*2 + 4096*8*128*2 + 3*4096*12288) + 4096*1 = 6,945,771,520 (no embedding);
     forward = 2 N + 2 * 36 * 32 * 128 * 32768 = 13,891,543,040 + 9,663,676,416 = 23,555,219,456 (~23.6 GFLOP);
     the attention term is not halved a second time."""
