@@ -34,6 +34,6 @@ def test_forward_flops_per_token_qwen3_8b_32k():
 def test_bench_eval_smoke(capsys):
     bench = _load_bench()
     assert bench.main(["--smoke", "--lengths", "128", "--sequences", "1", "--decode-context", "64",
-                       "--decode-steps", "4", "--no-append"]) == 0
+                       "--decode-steps", "4", "--no-record"]) == 0
     out = capsys.readouterr().out
     assert "| 128 | 1 |" in out and "failed" not in out and "GRM greedy decode" in out

@@ -8,8 +8,7 @@ import pytest
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "bench_load.py")
 
 
-def test_bench_load_tiny_smoke(tmp_path, capsys, monkeypatch):
-    monkeypatch.syspath_prepend(os.path.dirname(SCRIPT))  # as `python scripts/bench_load.py` does: finds _bench
+def test_bench_load_tiny_smoke(tmp_path, capsys):
     bench = runpy.run_path(SCRIPT, run_name="bench_load")
     md = tmp_path / "benchmarks.md"
     md.write_text("# Benchmarks\n")
