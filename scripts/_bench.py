@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS_MD = os.path.join(REPO_ROOT, "docs", "benchmarks.md")
+# HBM bandwidth per device kind (bytes/s), from the datasheets: H100 SXM 3.35 TB/s, H200 4.8 TB/s.
+HBM_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12}
 HEADER = """# Benchmarks
 
 Measured numbers, one dated section per run; every run appends its own (never rewrite others').
@@ -93,6 +95,11 @@ def devices_name(devices: Sequence | None = None) -> str:
 
         devices = jax.devices()
     return f"{len(devices)} x {device_name(devices[0])}"
+
+
+def hbm_bandwidth(device_kind: str) -> float | None:
+    """Bytes/s of the device's HBM, None for a kind not in ``HBM_BANDWIDTH``."""
+    return next((v for k, v in HBM_BANDWIDTH.items() if k in device_kind), None)
 
 
 def command_line(argv: Sequence[str] | None = None, script: str | None = None) -> str:

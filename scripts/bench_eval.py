@@ -36,8 +36,6 @@ import time
 import _bench
 
 ROOT = _bench.REPO_ROOT
-# HBM bandwidth per device kind (bytes/s): H100 SXM 3.35 TB/s, H200 4.8 TB/s (datasheets).
-HBM_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12}
 RESULT_TAG = "BENCH_RESULT "
 SHARED_SUFFIX = 512  # answer tokens per sequence in the --share-prompt measurement
 
@@ -214,8 +212,7 @@ def part_decode_jax(args) -> dict:
     cache_bytes = 2 * cfg.num_layers * batch_rows * (context + steps) * cfg.num_kv_heads * cfg.head_dim * \
         np.dtype(cfg.compute_dtype).itemsize
     kind = jax.devices()[0].device_kind
-    bandwidth = args.hbm_gbps * 1e9 if args.hbm_gbps else next(
-        (v for k, v in HBM_BANDWIDTH.items() if k in kind), None)
+    bandwidth = args.hbm_gbps * 1e9 if args.hbm_gbps else _bench.hbm_bandwidth(kind)
     decoded = batch_rows * (taken - 1)  # the first new token comes from the prefill
     return dict(prefill_tokens=batch_rows * context, prefill_seconds=prefill_s, decode_tokens=decoded,
                 decode_seconds=decode_s, weight_bytes=weight_bytes, cache_bytes=int(cache_bytes),
