@@ -1,7 +1,8 @@
 """Safetensors files: a lazily memory-mapped reader of our own, the ``safetensors`` library's writer.
 
 Writing goes through ``safetensors.numpy.save_file`` (the format's own serializer; it takes numpy arrays of every
-dtype we store, ml_dtypes' bfloat16 and float8 included).
+dtype we store, ml_dtypes' bfloat16 and float8 included). From 0.8 on it serializes straight from each array's
+buffer; earlier releases first copied every tensor to ``bytes`` (twice a shard's memory), hence the version floor.
 
 Reading stays here, on numpy + ml_dtypes, because the library's numpy reader does not cover what the loader
 needs: ``safe_open(framework="numpy")`` cannot return float8 tensors (numpy has no such dtype; bfloat16 only
