@@ -10,7 +10,7 @@ tokamax's own backward with segment ids), ``pallas-mosaic`` / ``pallas-triton`` 
 ``xla`` (blockwise reference), ``torch`` (SDPA, the peer). A note gives each impl's fwd+bwd as % of cuDNN.
 
 Shapes default to Qwen3-8B attention: bf16, causal, 32 query heads, 8 kv heads, head_dim 128, batch 1.
-FLOPs count the causal half only (reference section 7): fwd = 2 B S^2 H D, fwd+bwd = 3.5 x fwd.
+FLOPs count the causal half only (docs/flops.md): fwd = 2 B S^2 H D, fwd+bwd = 3.5 x fwd.
 Correctness: every impl's output and dq/dk/dv on random bf16 inputs against the fp32 blockwise reference
 (``impl="xla"`` on fp32 copies, HIGHEST matmul precision), relative max error, at lengths <= --check-max-len;
 the pallas path is also checked with packed rows (segment ids). Timing: warm-up, then the median of
@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import os
-import shlex
-import statistics
 import sys
 import time
 
@@ -38,7 +35,6 @@ if SMOKE:  # before jax is imported: CPU with 2 fake devices so --ring runs too
     os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
 # torch shares the GPU: let JAX grow its pool instead of grabbing 75% up front.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
 def stub_xprof_if_missing():
@@ -58,6 +54,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
+import _bench  # noqa: E402  (scripts/_bench.py: Python puts the script's folder on sys.path)
+from _bench import median_seconds  # noqa: E402
 from longrm_jax.ops import attention, dispatch, flash  # noqa: E402
 from longrm_jax.ops.ring import ring_attention  # noqa: E402
 from longrm_jax.ops.xla_attention import xla_attention_with_lse  # noqa: E402
@@ -74,17 +72,6 @@ def fwd_flops(b, s, h, d):
 
 def tflops(flops, seconds):
     return flops / seconds / 1e12 if seconds and seconds > 0 else float("nan")
-
-
-def time_call(fn, args, iters, warmup):
-    for _ in range(warmup):
-        jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def rel_err(a, b):
@@ -185,16 +172,7 @@ def torch_peer(b, t, hq, hkv, d, iters, warmup, smoke):
         F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).backward(dout)
 
     def timed(fn):
-        for _ in range(warmup):
-            fn()
-        sync()
-        times = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+        return median_seconds(fn, iters=iters, warmup=warmup, sync=lambda _: sync())
 
     try:
         result = timed(fwd), timed(fwd_bwd)
@@ -241,8 +219,8 @@ def bench_single(args, rows, notes):
                 tuned = autotuned(args, name, attn, (q, k, v, dout), notes)
                 with tuned:  # tokamax picks configs when the functions are traced: build them inside
                     fwd, fwd_bwd = fwd_and_grad_fns(attn)
-                    t_fwd = time_call(fwd, (q, k, v), args.iters, args.warmup)
-                    t_fb = time_call(fwd_bwd, (q, k, v, dout), args.iters, args.warmup)
+                    t_fwd = median_seconds(fwd, q, k, v, iters=args.iters, warmup=args.warmup)
+                    t_fb = median_seconds(fwd_bwd, q, k, v, dout, iters=args.iters, warmup=args.warmup)
                 status = "-"
                 if want is not None:
                     status = check(name, fwd_bwd(q, k, v, dout), want, args.tol)[1]
@@ -263,8 +241,8 @@ def bench_single(args, rows, notes):
                     seg = packed_segments(b, t)
                     with tuned:
                         pf, pfb = fwd_and_grad_fns(lambda q, k, v: attn(q, k, v, seg))
-                        p_fwd = time_call(pf, (q, k, v), args.iters, args.warmup)
-                        p_fb = time_call(pfb, (q, k, v, dout), args.iters, args.warmup)
+                        p_fwd = median_seconds(pf, q, k, v, iters=args.iters, warmup=args.warmup)
+                        p_fb = median_seconds(pfb, q, k, v, dout, iters=args.iters, warmup=args.warmup)
                     rows.append(dict(impl=name + " packed", length=t, fwd=tflops(flops, p_fwd),
                                      fwd_bwd=tflops(3.5 * flops, p_fb), check="4 segments; effective TFLOP/s"))
                     print_row(rows[-1])
@@ -385,19 +363,19 @@ def bench_ring(args, rows, notes):
         try:
             qs, ks, vs, dos = random_inputs(b, per_gpu, hq, hkv, d, dtype)
             fwd1, fb1 = fwd_and_grad_fns(jax_impl(single_impl))
-            s_fwd = time_call(fwd1, (qs, ks, vs), args.iters, args.warmup)
-            s_fb = time_call(fb1, (qs, ks, vs, dos), args.iters, args.warmup)
+            s_fwd = median_seconds(fwd1, qs, ks, vs, iters=args.iters, warmup=args.warmup)
+            s_fb = median_seconds(fb1, qs, ks, vs, dos, iters=args.iters, warmup=args.warmup)
             del qs, ks, vs, dos
             q, k, v, dout = sharded_random_inputs(b, t, hq, hkv, d, dtype, shard)
             with jax.set_mesh(mesh):
                 fwd, fwd_bwd = ring_fns(mesh, impl)
-                r_fwd = time_call(fwd, (q, k, v), args.iters, args.warmup)
-                r_fb = time_call(fwd_bwd, (q, k, v, dout), args.iters, args.warmup)
+                r_fwd = median_seconds(fwd, q, k, v, iters=args.iters, warmup=args.warmup)
+                r_fb = median_seconds(fwd_bwd, q, k, v, dout, iters=args.iters, warmup=args.warmup)
                 if per_gpu == args.lengths[0]:
                     # Causal block skipping must save the hidden half: compare with the unmasked ring.
                     nc_fwd, nc_fb = ring_fns(mesh, impl, causal=False)
-                    ratio = (r_fwd / time_call(nc_fwd, (q, k, v), args.iters, args.warmup),
-                             r_fb / time_call(nc_fb, (q, k, v, dout), args.iters, args.warmup))
+                    ratio = (r_fwd / median_seconds(nc_fwd, q, k, v, iters=args.iters, warmup=args.warmup),
+                             r_fb / median_seconds(nc_fb, q, k, v, dout, iters=args.iters, warmup=args.warmup))
                     notes.append(f"ring x{n} at T={t}: causal / non-causal time = {ratio[0]:.2f} fwd, "
                                  f"{ratio[1]:.2f} fwd+bwd (0.5 = the masked half costs nothing)")
                     print("  " + notes[-1], flush=True)
@@ -444,19 +422,15 @@ def bench_ring(args, rows, notes):
 # ----------------------------------------------------------------------------------------------- main
 
 
-def record(args, rows, notes, device):
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = "python scripts/bench_attention.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    lines = [f"\n## attention kernels ({now})\n",
-             f"`{command}` on {len(jax.devices())} x {device.device_kind} ({device.platform}), jax {jax.__version__}"
-             f", tokamax {'yes' if flash.tokamax_available() else 'no'}; batch {args.batch}, {args.heads} q heads, "
-             f"{args.kv_heads} kv heads, head_dim {args.head_dim}, causal, TFLOP/s with causal FLOPs halved.\n",
-             "| impl | T | fwd TFLOP/s | fwd+bwd TFLOP/s | check (rel. error vs fp32) |", "|---|---:|---:|---:|---|"]
-    lines += [f"| {r['impl']} | {r['length']} | {fmt(r['fwd'])} | {fmt(r['fwd_bwd'])} | {r['check']} |" for r in rows]
-    lines += [""] + [f"- {n}" for n in notes]
-    with open(args.benchmarks_md, "a") as fh:
-        fh.write("\n".join(lines) + "\n")
-    print(f"appended to {os.path.normpath(args.benchmarks_md)}")
+def record(path, args, rows, notes):
+    details = (f"jax {jax.__version__}, tokamax {'yes' if flash.tokamax_available() else 'no'}; batch {args.batch}, "
+               f"{args.heads} q heads, {args.kv_heads} kv heads, head_dim {args.head_dim}, causal, TFLOP/s with causal "
+               "FLOPs halved.")
+    table = _bench.markdown_table(("impl", "T", "fwd TFLOP/s", "fwd+bwd TFLOP/s", "check (rel. error vs fp32)"),
+                                  [(r["impl"], r["length"], fmt(r["fwd"]), fmt(r["fwd_bwd"]), r["check"]) for r in rows],
+                                  align="lrrrl")
+    _bench.append_section(path, "attention kernels", command=_bench.command_line(), device=_bench.devices_name(),
+                          details=details, table=table, notes=notes)
 
 
 def main(argv=None) -> int:
@@ -469,8 +443,6 @@ def main(argv=None) -> int:
     parser.add_argument("--heads", type=int, default=32)
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--iters", type=int, default=5, help="timed runs (median reported)")
-    parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--tol", type=float, default=2e-2, help="relative error tolerance of the checks")
     parser.add_argument("--check-max-len", type=int, default=32768, help="check correctness up to this length")
     parser.add_argument("--xla-max-len", type=int, default=32768, help="skip the slow xla impl above this")
@@ -486,10 +458,7 @@ def main(argv=None) -> int:
     parser.add_argument("--search-max", type=int, default=1 << 23, help="largest global length to try")
     parser.add_argument("--search-seconds", type=float, default=120.0,
                         help="stop doubling when the next length would take longer than this")
-    parser.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: checks that the script runs")
-    parser.add_argument("--no-record", action="store_true", help="do not append to docs/benchmarks.md")
-    parser.add_argument("--benchmarks-md", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                                                                 "docs", "benchmarks.md"))
+    _bench.add_common_flags(parser, smoke_help="CPU, tiny shapes: checks that the script runs")
     args = parser.parse_args(argv)
     if args.smoke:
         args.lengths, args.heads, args.kv_heads, args.head_dim = "128,256", 4, 2, 32
@@ -497,8 +466,7 @@ def main(argv=None) -> int:
         args.ring_check_len, args.search_start, args.search_max, args.tol = 64, 128, 512, 1e-4
         args.ring_impl = "xla"
     args.lengths = [int(x) for x in str(args.lengths).split(",") if x]
-    device = jax.devices()[0]
-    print(f"{len(jax.devices())} x {device.device_kind} ({device.platform}); tokamax: "
+    print(f"{_bench.devices_name()}; tokamax: "
           f"{flash.tokamax_available()}; XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}", flush=True)
     rows, notes = [], [kernel_names()]
     print("  " + notes[0], flush=True)
@@ -512,8 +480,9 @@ def main(argv=None) -> int:
         print(f"{r['impl']:<24} {r['length']:>8} {fmt(r['fwd']):>8} {fmt(r['fwd_bwd']):>8}  {r['check']}")
     for n in notes:
         print("-", n)
-    if not args.no_record:
-        record(args, rows, notes, device)
+    path = _bench.record_path(args)
+    if path:
+        record(path, args, rows, notes)
     failed = [n for n in notes if "FAIL" in n] + [r for r in rows if "FAIL" in r["check"]]
     return 1 if failed else 0
 

@@ -1,38 +1,28 @@
 """Benchmark the data pipeline: tokenizing + packing synthetic 32K-token samples, tokens per second.
 
-    python scripts/bench_data.py [--tokenizer DIR] [--context-tokens 32768] [--pairs 32] [--no-append]
+    python scripts/bench_data.py [--tokenizer DIR] [--context-tokens 32768] [--pairs 32] [--no-record]
 
 Measures (on this machine's CPU cores, wall clock):
 - tokenize: chat templating + tokenization + masks of preference pairs (chosen + rejected),
 - pack: fitting, packing and batching the tokenized groups into 131,072-token rows,
 - pipeline: the grain training iterator end to end (threads as `--threads`), from records to batches.
-Prints a table and appends a dated row to docs/benchmarks.md (creating it with a header if missing).
+Prints a table and appends a dated section to docs/benchmarks.md (``--no-record``: print only).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import platform
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from longrm_jax.data import synthetic  # noqa: E402
-from longrm_jax.data.packing import make_buckets, pack_batches  # noqa: E402
-from longrm_jax.data.pipeline import make_train_iterator  # noqa: E402
-from longrm_jax.data.records import PreferenceRecord, Provenance  # noqa: E402
-from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR  # noqa: E402
-from longrm_jax.data.tokenize import ChatTokenizer  # noqa: E402
-
-BENCH_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks.md")
-HEADER = """# Benchmarks
-
-Measured numbers, one dated row per run; every helper appends its own rows (never rewrite others').
-
-"""
+import _bench
+from longrm_jax.data import synthetic
+from longrm_jax.data.packing import make_buckets, pack_batches
+from longrm_jax.data.pipeline import make_train_iterator
+from longrm_jax.data.records import PreferenceRecord, Provenance
+from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
+from longrm_jax.data.tokenize import ChatTokenizer
 
 
 def main(argv=None) -> None:
@@ -42,8 +32,10 @@ def main(argv=None) -> None:
     p.add_argument("--pairs", type=int, default=32)
     p.add_argument("--max-length", type=int, default=131_072)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--no-append", action="store_true", help="do not append to docs/benchmarks.md")
+    _bench.add_common_flags(p, iters=None, warmup=None, smoke_help="4 pairs of 2,000-token contexts")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.pairs, args.context_tokens, args.max_length = 4, 2_000, 8_192
 
     tok = ChatTokenizer.from_dir(args.tokenizer)
     count = lambda text: len(tok.encode(text))  # noqa: E731
@@ -79,21 +71,16 @@ def main(argv=None) -> None:
     for name, n, t in results:
         print(f"{name:<10} {n:>10} {t:>8.2f} {n / t:>12,.0f}")
 
-    if not args.no_append:
-        new = not os.path.exists(BENCH_FILE)
-        with open(BENCH_FILE, "a", encoding="utf-8") as f:
-            if new:
-                f.write(HEADER)
-            date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-            f.write(f"\n## data pipeline ({date})\n\n"
-                    f"`python scripts/bench_data.py`: {args.pairs} synthetic preference pairs, contexts of "
-                    f"~{args.context_tokens} tokens, tokenizer `{os.path.basename(os.path.normpath(args.tokenizer))}`"
-                    f", rows of {args.max_length}, {cores} CPU cores ({platform.processor() or platform.machine()})."
-                    "\n\n| stage | tokens | seconds | tokens/s |\n|---|---:|---:|---:|\n")
-            for name, n, t in results:
-                f.write(f"| {name} | {n} | {t:.2f} | {n / t:,.0f} |\n")
-        print(f"appended to {BENCH_FILE}")
-
+    path = _bench.record_path(args)
+    if path:
+        tokenizer = os.path.basename(os.path.normpath(args.tokenizer))
+        _bench.append_section(
+            path, "data pipeline", command=_bench.command_line(argv),
+            device=f"{cores} CPU cores ({platform.processor() or platform.machine()})",
+            details=f"{args.pairs} synthetic preference pairs, contexts of ~{args.context_tokens} tokens, tokenizer "
+                    f"`{tokenizer}`, rows of {args.max_length}",
+            table=_bench.markdown_table(("stage", "tokens", "seconds", "tokens/s"),
+                                        [(name, n, f"{t:.2f}", f"{n / t:,.0f}") for name, n, t in results], "lrrr"))
 
 if __name__ == "__main__":
     main()

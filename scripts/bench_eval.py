@@ -18,31 +18,24 @@ Measured, each in its own subprocess (so one framework's memory never limits the
   ``bound tokens/s = batch * HBM bandwidth / (weight bytes + KV cache bytes)``. Runs with the GPU decode XLA
   flags (``longrm_jax.models.xla_flags``), as the evaluator's GRM path does (``--decode-no-gpu-flags``: without).
 
-FLOPs per scored token follow reference section 7: forward = a third of ``6 N + 6 L H d S`` per token
-= ``2 N + 2 L H d S`` (the attention term is already the causal half; not halved again). Weights are initialised in place on the device (no checkpoint I/O). Prints a table and
-appends it to docs/benchmarks.md (``--no-append`` to skip; ``--smoke`` never appends unless ``--append``).
+FLOPs per scored token follow docs/flops.md: forward = a third of ``6 N + 6 L H d S`` per token
+= ``2 N + 2 L H d S`` (the attention term is already the causal half; not halved again). Weights are
+initialised in place on the device (no checkpoint I/O). Prints a table and appends it to docs/benchmarks.md
+(``--no-record`` to skip; ``--smoke`` appends only to a file named by ``--benchmarks-md``).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-BENCH_FILE = os.path.join(ROOT, "docs", "benchmarks.md")
-HEADER = """# Benchmarks
+import _bench
 
-Measured numbers, one dated row per run; every helper appends its own rows (never rewrite others').
-
-"""
-# HBM bandwidth per device kind (bytes/s): H100 SXM 3.35 TB/s, H200 4.8 TB/s (datasheets).
-HBM_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12}
+ROOT = _bench.REPO_ROOT
 RESULT_TAG = "BENCH_RESULT "
 SHARED_SUFFIX = 512  # answer tokens per sequence in the --share-prompt measurement
 
@@ -61,7 +54,7 @@ def model_config(args, head: str):
 
 
 def forward_flops_per_token(cfg, head: str, seq_len: int) -> float:
-    """Forward FLOPs per token of a causal ``seq_len``-token sequence (reference section 7).
+    """Forward FLOPs per token of a causal ``seq_len``-token sequence (docs/flops.md).
 
     ``(6 N + 6 L H_q d S) / 3 = 2 N + 2 L H_q d S``: the attention term ``6 L H_q d S`` is already the causally
     halved ``12 L H_q d S / 2``, so it must not be halved again (an earlier version did, under-reporting
@@ -219,8 +212,7 @@ def part_decode_jax(args) -> dict:
     cache_bytes = 2 * cfg.num_layers * batch_rows * (context + steps) * cfg.num_kv_heads * cfg.head_dim * \
         np.dtype(cfg.compute_dtype).itemsize
     kind = jax.devices()[0].device_kind
-    bandwidth = args.hbm_gbps * 1e9 if args.hbm_gbps else next(
-        (v for k, v in HBM_BANDWIDTH.items() if k in kind), None)
+    bandwidth = args.hbm_gbps * 1e9 if args.hbm_gbps else _bench.hbm_bandwidth(kind)
     decoded = batch_rows * (taken - 1)  # the first new token comes from the prefill
     return dict(prefill_tokens=batch_rows * context, prefill_seconds=prefill_s, decode_tokens=decoded,
                 decode_seconds=decode_s, weight_bytes=weight_bytes, cache_bytes=int(cache_bytes),
@@ -270,17 +262,24 @@ def run_part(args, part: str, seq: int | None = None) -> dict | None:
 
 
 def peak_flops(device: str) -> float | None:
-    return 989e12 if any(k in device for k in ("H100", "H200")) else None
+    from longrm_jax.training.metrics import PEAK_FLOPS
+
+    return next((v for k, v in PEAK_FLOPS.items() if k in device), None)
 
 
-def build_report(args, disrm: dict, decode: dict | None, shared: dict | None = None) -> str:
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"## evaluation ({when})", ""]
-    device = next((r["device"] for pair in disrm.values() for r in pair if r), decode["device"] if decode else "?")
+def report_device(disrm: dict, decode: dict | None) -> str:
+    """The device kind the measurements ran on (reported by the child processes)."""
+    return next((r["device"] for pair in disrm.values() for r in pair if r), decode["device"] if decode else "?")
+
+
+def report_details(args) -> str:
     shape = "tiny (smoke)" if args.smoke else args.preset
-    lines.append(f"`python scripts/bench_eval.py{' --smoke' if args.smoke else ''}`: {shape} shapes, random weights "
-                 f"initialised in place, {'fp32' if args.smoke else 'bf16'}, device {device}.")
-    lines += ["", "DisRM scoring (batch 1, one bucket of exactly L tokens, compile excluded):", "",
+    return f"{shape} shapes, random weights initialised in place, {'fp32' if args.smoke else 'bf16'}"
+
+
+def build_report(args, disrm: dict, decode: dict | None, shared: dict | None = None) -> list[str]:
+    """The report's tables (markdown lines)."""
+    lines = ["DisRM scoring (batch 1, one bucket of exactly L tokens, compile excluded):", "",
               "| L | sequences | ours tokens/s | ours TFLOP/s (MFU) | PyTorch SDPA tokens/s | TFLOP/s (MFU) | ours / peer |",
               "|---:|---:|---:|---:|---:|---:|---:|"]
 
@@ -325,17 +324,16 @@ def build_report(args, disrm: dict, decode: dict | None, shared: dict | None = N
                   "|---:|---:|---:|---:|---:|---:|",
                   f"| {tps:,.1f} | {bound_text} | {frac} | {decode['weight_bytes'] / 1e9:.2f} | "
                   f"{decode['cache_bytes'] / 1e9:.2f} | {hbm} |"]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--smoke", action="store_true", help="tiny model on the CPU, short sequences (checks the script)")
     p.add_argument("--preset", default="qwen3_8b", help="model shapes (longrm_jax.training.model_setup.PRESETS)")
     p.add_argument("--lengths", type=int, nargs="+", default=None, help="DisRM sequence lengths (default 32768 131072)")
     p.add_argument("--sequences", type=int, default=None, help="sequences scored per length (default 4 up to 32K tokens, 2 beyond; smoke 3)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed passes after the compile one, both sides (a fresh "
-                   "JAX process runs its first seconds after compiling up to 1.6x slower: scripts/bench_train.py)")
+    _bench.add_common_flags(p, iters=None, warmup=2,
+                            smoke_help="tiny model on the CPU, short sequences (checks the script)")
     p.add_argument("--decode-context", type=int, default=None, help="GRM prompt tokens (default 32768)")
     p.add_argument("--decode-steps", type=int, default=None, help="GRM new tokens (default 256)")
     p.add_argument("--decode-batch", type=int, default=1, help="GRM rows decoded together")
@@ -346,8 +344,6 @@ def main(argv=None) -> int:
                    help="decode without the GPU decode XLA flags (by default its subprocess gets them, as "
                         "`python -m longrm_jax.evaluate` does for GRM runs; DisRM parts never do)")
     p.add_argument("--no-shared", action="store_true", help="skip the --share-prompt DisRM measurement")
-    p.add_argument("--append", action="store_true", help="append to docs/benchmarks.md even with --smoke")
-    p.add_argument("--no-append", action="store_true", help="do not append to docs/benchmarks.md")
     p.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)
     p.add_argument("--seq", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -370,15 +366,13 @@ def main(argv=None) -> int:
         if not args.no_shared:
             shared[seq] = run_part(args, "disrm-shared-jax", seq)
     decode = None if args.no_decode else run_part(args, "decode-jax")
-    report = build_report(args, disrm, decode, shared)
-    print(report)
-    if (not args.smoke or args.append) and not args.no_append:
-        exists = os.path.exists(BENCH_FILE)
-        with open(BENCH_FILE, "a") as handle:
-            if not exists:
-                handle.write(HEADER)
-            handle.write("\n" + report)
-        print(f"appended to {BENCH_FILE}")
+    device, details = report_device(disrm, decode), report_details(args)
+    tables = build_report(args, disrm, decode, shared)
+    print(f"{device}: {details}\n\n" + "\n".join(tables))
+    path = _bench.record_path(args)
+    if path:
+        _bench.append_section(path, "evaluation", command=_bench.command_line(argv), device=device, details=details,
+                              table=tables)
     ok = all(o for o, _ in disrm.values()) and (args.no_decode or decode is not None)
     return 0 if ok else 1
 

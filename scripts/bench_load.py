@@ -3,7 +3,7 @@
     python scripts/bench_load.py                 # Llama-3.1-8B shapes, random bf16, written to --work-dir
     python scripts/bench_load.py --family qwen3  # Qwen3-8B shapes
     python scripts/bench_load.py --model-path DIR
-    python scripts/bench_load.py --tiny --no-record   # CPU smoke test
+    python scripts/bench_load.py --smoke               # CPU smoke test (tiny shapes)
 
 Acceptance (issue 2): device peak <= 1.1 x the weights' bytes when loading onto one device (mesh of 1).
 The synthetic checkpoint is written like HF's (5 GB safetensors shards + index), streaming one tensor at a
@@ -13,17 +13,17 @@ time so host memory stays small; it is reused on later runs when its config matc
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
 import resource
-import shlex
 import struct
 import sys
 import time
 
 import numpy as np
+
+import _bench
 
 SHAPES = {
     "llama": dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=128256, hidden_size=4096,
@@ -64,7 +64,10 @@ def hf_tensor_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
 
 
 def write_synthetic_checkpoint(out_dir: str, cfg: dict, max_shard_bytes: int = 5 * 10**9) -> int:
-    """Random bf16 checkpoint, HF-sharded, streamed tensor by tensor. Returns total bytes."""
+    """Random bf16 checkpoint, HF-sharded, streamed tensor by tensor. Returns total bytes.
+
+    Written by hand rather than with ``safetensors.numpy.save_file``: the library needs every tensor of a shard in
+    memory at once (5 GB of random bf16), while this writes the header and then streams one tensor at a time."""
     import ml_dtypes
     from tqdm import tqdm
 
@@ -133,11 +136,8 @@ def main(argv=None) -> int:
     parser.add_argument("--family", choices=sorted(SHAPES), default="llama", help="8B shapes to synthesise")
     parser.add_argument("--model-path", help="benchmark this existing HF checkpoint instead")
     parser.add_argument("--work-dir", default="/tmp/longrm_bench_load", help="where the synthetic checkpoint goes")
-    parser.add_argument("--tiny", action="store_true", help="tiny shapes (CPU smoke test)")
     parser.add_argument("--dtype", default=None, help="param dtype to load as (default: the checkpoint's)")
-    parser.add_argument("--no-record", action="store_true", help="do not append a row to docs/benchmarks.md")
-    parser.add_argument("--benchmarks-md", default=os.path.join(os.path.dirname(__file__), "..", "docs",
-                                                                 "benchmarks.md"))
+    _bench.add_common_flags(parser, iters=None, warmup=None, smoke_help="tiny shapes on the CPU (smoke test)")
     args = parser.parse_args(argv)
 
     import jax
@@ -148,9 +148,9 @@ def main(argv=None) -> int:
     if args.model_path:
         path, label = args.model_path, os.path.basename(os.path.normpath(args.model_path))
     else:
-        cfg = dict(SHAPES[args.family], **(TINY if args.tiny else {}))
-        label = f"{'tiny ' if args.tiny else ''}{args.family} {'8B-shaped' if not args.tiny else ''}".strip()
-        path = ensure_checkpoint(args.work_dir + ("_tiny" if args.tiny else "") + f"_{args.family}", cfg)
+        cfg = dict(SHAPES[args.family], **(TINY if args.smoke else {}))
+        label = f"{'tiny ' if args.smoke else ''}{args.family} {'8B-shaped' if not args.smoke else ''}".strip()
+        path = ensure_checkpoint(args.work_dir + ("_tiny" if args.smoke else "") + f"_{args.family}", cfg)
 
     device = jax.devices()[0]
     mesh = make_mesh(fsdp=1, devices=[device])
@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     host_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     gib = 2**30
     rows = [
-        ("checkpoint", label), ("device", f"{device.device_kind} ({device.platform})"),
+        ("checkpoint", label), ("device", _bench.device_name(device)),
         ("parameters", f"{sum(x.size for x in leaves if hasattr(x, 'size')) / 1e9:.3f} B"),
         ("weights", f"{weight_bytes / gib:.2f} GiB"), ("load time", f"{seconds:.1f} s"),
         ("load throughput", f"{weight_bytes / gib / seconds:.2f} GiB/s"),
@@ -178,20 +178,16 @@ def main(argv=None) -> int:
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
 
-    if not args.no_record:
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        command = "python scripts/bench_load.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-        with open(args.benchmarks_md, "a") as fh:
-            fh.write(
-                f"\n## checkpoint load ({now})\n\n`{command}` on {device.device_kind}, {platform.machine()}: "
-                f"{label}, load_pretrained onto one device (mesh of 1).\n\n"
-                "| date | device | weights GiB | load s | GiB/s | device peak GiB | peak / weights | host RSS GiB |\n"
-                "|---|---|---:|---:|---:|---:|---:|---:|\n"
-                f"| {now} | {device.device_kind} | {weight_bytes / gib:.2f} | {seconds:.1f} | "
-                f"{weight_bytes / gib / seconds:.2f} | {'n/a' if not peak else f'{peak / gib:.2f}'} | "
-                f"{'n/a' if not peak else f'{ratio:.3f}'} | {host_peak / gib:.2f} |\n"
-            )
-        print(f"appended to {os.path.normpath(args.benchmarks_md)}")
+    path = _bench.record_path(args)
+    if path:
+        peak_gib, ratio_text = ("n/a", "n/a") if not peak else (f"{peak / gib:.2f}", f"{ratio:.3f}")
+        _bench.append_section(
+            path, "checkpoint load", command=_bench.command_line(argv), device=f"{_bench.device_name(device)}, "
+            f"{platform.machine()}", details=f"{label}, load_pretrained onto one device (mesh of 1)",
+            table=_bench.markdown_table(
+                ("weights GiB", "load s", "GiB/s", "device peak GiB", "peak / weights", "host RSS GiB"),
+                [(f"{weight_bytes / gib:.2f}", f"{seconds:.1f}", f"{weight_bytes / gib / seconds:.2f}", peak_gib,
+                  ratio_text, f"{host_peak / gib:.2f}")], "rrrrrr"))
     return 0 if not peak or ratio <= 1.1 else 1
 
 

@@ -3,7 +3,8 @@
     python scripts/bench_optimizer.py            # GPU, bf16 parameters and moments (bench_train's default)
     python scripts/bench_optimizer.py --smoke    # tiny shapes on the CPU
 
-Each variant is jitted with its state donated (as in the train step) and timed over --steps calls. The floor is
+Each variant is jitted with its state donated (as in the train step); the median of --iters calls after --warmup
+untimed ones (the first compiles) is reported, and the tables are appended to docs/benchmarks.md. The floor is
 the bytes an update must move (parameters, gradients and both moments read, parameters and moments written)
 over the device's copy bandwidth, which the `copy` row measures.
 """
@@ -11,27 +12,28 @@ over the device's copy bandwidth, which the `copy` row measures.
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+import _bench
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--smoke", action="store_true")
     p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--steps", type=int, default=5)
+    _bench.add_common_flags(p, iters=5, warmup=1, iters_help="timed updates (the median is reported)",
+                            smoke_help="tiny shapes on the CPU")
     return p.parse_args(argv)
 
 
 def abstract_params(smoke: bool, dtype):
     from longrm_jax.training.config import load_config
-    from longrm_jax.training.model_setup import init_random, preset_config
-    from longrm_jax.parallel.mesh import make_mesh
     from flax import nnx
+
+    from longrm_jax.training.model_setup import preset_config
 
     from longrm_jax.models.decoder import build_model
     from longrm_jax.training.params import ParamCodec
@@ -41,6 +43,17 @@ def abstract_params(smoke: bool, dtype):
     mcfg = preset_config(cfg).replace(head="classifier")
     codec = ParamCodec(nnx.eval_shape(lambda: build_model(mcfg, rngs=nnx.Rngs(0))))
     return {k: jax.ShapeDtypeStruct(v.shape, dtype) for k, v in codec.shapes().items()}
+
+
+def median_update_seconds(fn, state: list, grads, args) -> float:
+    """Median seconds of one donated update ``state = fn(*state, grads)``; ``state`` ([params, opt_state]) is
+    updated in place (donation invalidates the old buffers, so every call takes the previous call's output)."""
+
+    def update():
+        state[:] = fn(state[0], state[1], grads)
+        return state[0]
+
+    return _bench.median_seconds(update, iters=args.iters, warmup=args.warmup)
 
 
 def main(argv=None):
@@ -59,8 +72,9 @@ def main(argv=None):
         "clip + adamw": (optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-6, b1=0.9, b2=0.95)),
                          8 * n * item),
     }
-    print(f"{n / 1e9:.2f} B parameters, {dtype.name}, {jax.devices()[0].device_kind}")
-    print("| variant | ms | GB/s at the floor bytes |\n|---|---|---|")
+    print(f"{n / 1e9:.2f} B parameters, {dtype.name}, {_bench.device_name()}")
+    lines = ["| variant | ms | GB/s at the floor bytes |", "|---|---:|---:|"]
+    print("\n".join(lines))
     variants["clip + adamw + finite guard (train step)"] = (variants["clip + adamw"][0], 8 * n * item)
     for name, (tx, nbytes) in variants.items():
         def step(params, opt_state, grads, tx=tx, guard="guard" in name):
@@ -72,37 +86,32 @@ def main(argv=None):
             ok = jnp.isfinite(optax.global_norm(grads))
             return jax.tree.map(lambda a, b: jnp.where(ok, a, b), (new_params, new_opt), (params, opt_state))
 
-        fn = jax.jit(step, donate_argnums=(0, 1))
-        opt_state = tx.init(params)
-        params, opt_state = fn(params, opt_state, grads)
-        jax.block_until_ready(params)
-        t0 = time.perf_counter()
-        for _ in range(args.steps):
-            params, opt_state = fn(params, opt_state, grads)
-        jax.block_until_ready(params)
-        dt = (time.perf_counter() - t0) / args.steps
-        print(f"| {name} | {1e3 * dt:.1f} | {nbytes / dt / 1e9:.0f} |", flush=True)
-        del opt_state
+        state = [params, tx.init(params)]
+        dt = median_update_seconds(jax.jit(step, donate_argnums=(0, 1)), state, grads, args)
+        params = state[0]
+        lines.append(f"| {name} | {1e3 * dt:.1f} | {nbytes / dt / 1e9:.0f} |")
+        print(lines[-1], flush=True)
+        del state
     # Per parameter (adamw alone): which arrays are slow, if any.
-    print("| adamw, one array | ms | GB/s |\n|---|---|---|")
+    lines += ["", "| adamw, one array | ms | GB/s |", "|---|---:|---:|"]
+    print("\n".join(lines[-2:]))
     tx = optax.adamw(1e-6, b1=0.9, b2=0.95)
     for k in sorted(shapes, key=lambda k: -int(np.prod(shapes[k].shape)))[:8]:
         def step(p, o, g):
             updates, o = tx.update(g, o, p)
             return optax.apply_updates(p, updates), o
 
-        fn = jax.jit(step, donate_argnums=(0, 1))
-        p1, o1 = params[k], tx.init(params[k])
-        p1, o1 = fn(p1, o1, grads[k])
-        jax.block_until_ready(p1)
-        t0 = time.perf_counter()
-        for _ in range(args.steps):
-            p1, o1 = fn(p1, o1, grads[k])
-        jax.block_until_ready(p1)
-        dt = (time.perf_counter() - t0) / args.steps
+        state = [params[k], tx.init(params[k])]
+        dt = median_update_seconds(jax.jit(step, donate_argnums=(0, 1)), state, grads[k], args)
         size = int(np.prod(shapes[k].shape))
-        print(f"| {k} {shapes[k].shape} | {1e3 * dt:.2f} | {7 * size * item / dt / 1e9:.0f} |", flush=True)
-        params[k] = p1
+        lines.append(f"| {k} {shapes[k].shape} | {1e3 * dt:.2f} | {7 * size * item / dt / 1e9:.0f} |")
+        print(lines[-1], flush=True)
+        params[k] = state[0]
+    path = _bench.record_path(args)
+    if path:
+        _bench.append_section(path, "optimizer update", command=_bench.command_line(argv),
+                              device=_bench.devices_name(), details=f"{n / 1e9:.2f} B parameters, {dtype.name}",
+                              table=lines)
 
 
 if __name__ == "__main__":

@@ -21,11 +21,13 @@ and the overflow fallback (more runs than the bound -> tokamax's backward).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_attention as ba  # noqa: E402  (sets up JAX / the xprof stand-in first)
+# Both live next to this script (Python puts its folder on sys.path); bench_attention sets up JAX and the xprof
+# stand-in before anything imports jax.
+import bench_attention as ba  # noqa: E402
+import _bench  # noqa: E402
+from _bench import median_seconds  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -139,16 +141,16 @@ def time_case(args, name, impl, seqs, total, rows):
     q, k, v, dout = ba.random_inputs(1, total, h, kvh, d, jnp.bfloat16, seed=11)
     with cudnn_packed.max_segments_per_row(len(seqs) + 1):
         pf, pfb = ba.fwd_and_grad_fns(lambda q, k, v: attn(q, k, v, seg))
-        t_pf = ba.time_call(pf, (q, k, v), args.iters, args.warmup)
-        t_pfb = ba.time_call(pfb, (q, k, v, dout), args.iters, args.warmup)
+        t_pf = median_seconds(pf, q, k, v, iters=args.iters, warmup=args.warmup)
+        t_pfb = median_seconds(pfb, q, k, v, dout, iters=args.iters, warmup=args.warmup)
     row = dict(case=name, impl=impl, packed_fwd=ba.tflops(flops, t_pf), packed_fb=ba.tflops(3.5 * flops, t_pfb),
                packed_ms=1e3 * t_pfb)
     if len(set(seqs)) == 1 and sum(seqs) == total:
         n, L = len(seqs), seqs[0]
         rs = [x.reshape(n, L, *x.shape[2:]) for x in (q, k, v, dout)]
         rf, rfb = ba.fwd_and_grad_fns(lambda q, k, v: attn(q, k, v))
-        t_rf = ba.time_call(rf, tuple(rs[:3]), args.iters, args.warmup)
-        t_rfb = ba.time_call(rfb, tuple(rs), args.iters, args.warmup)
+        t_rf = median_seconds(rf, *rs[:3], iters=args.iters, warmup=args.warmup)
+        t_rfb = median_seconds(rfb, *rs, iters=args.iters, warmup=args.warmup)
         row.update(rows_fwd=ba.tflops(flops, t_rf), rows_fb=ba.tflops(3.5 * flops, t_rfb), rows_ms=1e3 * t_rfb,
                    ratio=t_rfb / t_pfb)
     rows.append(row)
@@ -175,11 +177,9 @@ def main(argv=None) -> int:
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--check-len", type=int, default=8192)
-    parser.add_argument("--iters", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--tol", type=float, default=2e-2)
     parser.add_argument("--bounds", default="", help="extra max-runs bounds to time on 'groups' (cost of slack)")
-    parser.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, impl xla: the script runs")
+    _bench.add_common_flags(parser, smoke_help="CPU, tiny shapes, impl xla: the script runs")
     args = parser.parse_args(argv)
     total = 128_000
     cases = {"pair": ([32768, 32768], 65536), "groups": ([16000] * 8, total),
@@ -189,7 +189,7 @@ def main(argv=None) -> int:
         args.check_len, args.iters, args.warmup, args.tol = 256, 1, 0, 1e-4
         cases = {"pair": ([128, 128], 256), "groups": ([64] * 4, 256), "uneven": ([50, 90, 60], 256)}
     dev = jax.devices()[0]
-    print(f"{dev.device_kind} ({dev.platform}); {ba.kernel_names()}", flush=True)
+    print(f"{_bench.device_name(dev)}; {ba.kernel_names()}", flush=True)
     notes, rows, ok = [], [], True
     if dev.platform == "gpu" and cudnn_flash.available():
         try:
@@ -214,7 +214,7 @@ def main(argv=None) -> int:
         q, k, v, dout = ba.random_inputs(1, t, args.heads, args.kv_heads, args.head_dim, jnp.bfloat16, seed=11)
         with cudnn_packed.max_segments_per_row(bound):
             _, pfb = ba.fwd_and_grad_fns(lambda q, k, v: attn(q, k, v, seg))
-            secs = ba.time_call(pfb, (q, k, v, dout), args.iters, args.warmup)
+            secs = median_seconds(pfb, q, k, v, dout, iters=args.iters, warmup=args.warmup)
         notes.append(f"groups with bound {bound} (needs {len(seqs)}): fwd+bwd {1e3 * secs:.1f} ms")
         print("  " + notes[-1], flush=True)
     print()
@@ -222,6 +222,13 @@ def main(argv=None) -> int:
         print(fmt_row(r))
     for n in notes:
         print("-", n)
+    path = _bench.record_path(args)
+    if path:
+        lines = [fmt_row(r) for r in rows]
+        _bench.append_section(path, "packed-row attention", command=_bench.command_line(),
+                              device=_bench.devices_name(), details=f"impl {args.impl}, baseline "
+                              f"{args.baseline_impl or 'none'}; TFLOP/s over the causal FLOPs within sequences",
+                              table=["```", *lines, "```"] if lines else [], notes=notes)
     return 0 if ok and not any("FAIL" in n for n in notes) else 1
 
 

@@ -15,9 +15,9 @@ holding whole groups, with segment ids) it times training steps with random weig
   attention over all n), when visible. `--full-params` trains every weight where the config uses LoRA.
 - the PyTorch peer in the same run (each configuration in its own process): HF transformers, SDPA, gradient checkpointing, AdamW, bf16 weights, the pair
   as a batch of 2 sequences.
-It prints tokens/s, MFU (reference section 7: FLOPs = 6 N_matmul + 6 L H d S per token, 989 TFLOP/s peak per
-H100/H200) and peak memory, as a table, and appends the table to docs/benchmarks.md (not with --smoke unless
---append is given). `--json` keeps every figure, `--plot` draws tokens/s and MFU against pair length, ours
+It prints tokens/s, MFU (docs/flops.md: FLOPs = 6 N_matmul + 6 L H d S per token, 989 TFLOP/s peak per
+H100/H200) and peak memory, as a table, and appends the table to docs/benchmarks.md (`--no-record`: print only;
+with --smoke only to a file named by --benchmarks-md). `--json` keeps every figure, `--plot` draws tokens/s and MFU against pair length, ours
 against the peer, and the last lines name the longest pair each device count trained (list longer lengths
 in `--lengths` to search: a length that does not fit shows as out of memory and stops that device count).
 """
@@ -25,7 +25,6 @@ in `--lengths` to search: a length that does not fit shows as out of memory and 
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import os
@@ -36,6 +35,8 @@ import traceback
 
 import numpy as np
 
+import _bench
+
 MODELS = {"qwen3_8b": "Qwen3-8B", "llama31_8b": "Llama-3.1-8B"}
 TINY = {"qwen3_8b": "tiny_qwen3", "llama31_8b": "tiny_llama"}
 
@@ -43,7 +44,7 @@ TINY = {"qwen3_8b": "tiny_qwen3", "llama31_8b": "tiny_llama"}
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--smoke", action="store_true", help="tiny shapes, CPU, 2 timed steps")
+    _bench.add_common_flags(p, iters=None, warmup=None, smoke_help="tiny shapes, CPU, 2 timed steps")
     p.add_argument("--models", default="qwen3_8b,llama31_8b", help="comma list of " + ", ".join(MODELS))
     p.add_argument("--stages", default="simpo,bt", help="comma list of simpo, bt, sft")
     p.add_argument("--lengths", default="16384,32768", help="tokens per response sample L (row = 2 L)")
@@ -64,8 +65,6 @@ def parse_args(argv=None):
     p.add_argument("--full-params", action="store_true", help="lora.rank=0 where the stage's config uses LoRA")
     p.add_argument("--set", action="append", default=[], help="extra `--set key=value` for the training CLI")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch peer")
-    p.add_argument("--append", default=None, help="markdown file to append the table to "
-                   "(default docs/benchmarks.md; with --smoke only if given)")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: run one config, print JSON
     return p.parse_args(argv)
 
@@ -348,15 +347,14 @@ def main(argv=None) -> int:
     print(table)
     if args.plot:
         plot_scaling([r for *_, r in rows], args.plot)
-    target = args.append or (None if args.smoke else "docs/benchmarks.md")
-    if target:
+    path = _bench.record_path(args)
+    if path:
         dev = next((r["device"] for *_, r in rows if r.get("device")), "unknown device")
-        with open(target, "a", encoding="utf-8") as f:
-            f.write(f"\n### Training steps ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
-                    f"{dev}, layout {args.layout}, param dtype {args.param_dtype}, remat {args.remat})\n\n"
-                    f"`python scripts/bench_train.py {' '.join(passthrough)}`: JAX rows are "
-                    f"`python -m longrm_jax.train` runs (metrics.jsonl medians); commands in --json.\n\n"
-                    f"{table}\n")
+        _bench.append_section(
+            path, "training steps", command=_bench.command_line(passthrough), device=dev,
+            details=f"layout {args.layout}, param dtype {args.param_dtype}, remat {args.remat}. JAX rows are "
+                    "`python -m longrm_jax.train` runs (metrics.jsonl medians); commands in --json.",
+            table=table.splitlines())
     return 0
 
 

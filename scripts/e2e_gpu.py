@@ -15,13 +15,13 @@ phase runs, with XLA's preallocation off outside training, and the trainer's own
 4. `export`: `python -m longrm_jax.export` of the training checkpoint (LoRA merged) as bf16 HF;
 5. `data`: `python -m longrm_jax.data.synthetic` writes a Long-RewardBench with contexts of about L tokens;
 6. `evaluate`: `python -m longrm_jax.evaluate` on a few samples (`--is-disrm` for the classifier).
-A table of the phases is printed and appended to docs/benchmarks.md (with --smoke only if --append is given).
+A table of the phases is printed and appended to docs/benchmarks.md (`--no-record`: print only; with --smoke only
+to a file named by --benchmarks-md).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import shutil
@@ -31,7 +31,9 @@ import sys
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import _bench
+
+ROOT = _bench.REPO_ROOT
 MODELS = {  # preset -> (stage, shipped config, evaluate flags)
     "qwen3_8b": ("simpo", "configs/qwen3_8b_grm_simpo.yaml", []),
     "llama31_8b": ("bt", "configs/llama31_8b_disrm_bt.yaml", ["--is-disrm"]),
@@ -49,9 +51,7 @@ def parse_args(argv=None):
     p.add_argument("--eval-samples", type=int, default=1, help="samples per task file (--limit)")
     p.add_argument("--eval-tasks", default="LongQA,Safety", help="Long-RewardBench task files to evaluate")
     p.add_argument("--max-new-tokens", type=int, default=64, help="GRM generation budget per judgement")
-    p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU")
-    p.add_argument("--append", default=None, help="markdown file for the table (default docs/benchmarks.md; "
-                   "with --smoke only if given)")
+    _bench.add_common_flags(p, iters=None, warmup=None, smoke_help="tiny shapes on the CPU")
     p.add_argument("--keep", action="store_true", help="keep the working directory")
     return p.parse_args(argv)
 
@@ -227,14 +227,11 @@ def main(argv=None) -> int:
         table.append(f"| {r['phase']} | {r['wall_s']:.1f} | {peak} | {note} |")
     total = sum(r["wall_s"] for r in phases.rows)
     table.append(f"| total | {total:.1f} | | |")
-    text = "\n".join(table)
-    print(text)
-    target = args.append or (None if args.smoke else os.path.join(ROOT, "docs", "benchmarks.md"))
-    if target:
-        with open(target, "a", encoding="utf-8") as f:
-            f.write(f"\n### End to end, {args.model} ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}"
-                    f" UTC, {device})\n\n`python scripts/e2e_gpu.py {' '.join(argv if argv is not None else sys.argv[1:])}`"
-                    f" (stage {stage}, {config}, 2 x {length} tokens per step)\n\n{text}\n")
+    print("\n".join(table))
+    path = _bench.record_path(args)
+    if path:
+        _bench.append_section(path, f"end to end, {args.model}", command=_bench.command_line(argv), device=device,
+                              details=f"stage {stage}, {config}, 2 x {length} tokens per step", table=table)
     with open(os.path.join(work, "phases.json"), "w", encoding="utf-8") as f:
         json.dump(phases.rows, f, indent=1)
     if not args.keep and not args.work:

@@ -26,11 +26,12 @@ Unless ``--no-flags``, ``layer`` and the decode step run once more in a child pr
 layer's weights straight out of the stacked arrays under ``scan``; without them XLA copies each layer's weight
 slice every decode step). The child runs first, so its memory is free again before the main parts start.
 
-Timing: the first call compiles (its time is the ``compile s`` column); then the median of ``--runs`` (>= 5)
+Timing: the first call compiles (its time is the ``compile s`` column); then the median of ``--iters`` (>= 5)
 samples, each ended by ``block_until_ready``; ops shorter than ~20 ms are dispatched several times back to back
 per sample (dispatch cost amortised). Columns: ms per call; x = calls per forward / per decode step;
 % = ms * x of the section total; TFLOP/s from the FLOPs the op must do (causal attention halved); GB/s from the
-bytes it must move at least once (weights, activations in and out, the KV cache read).
+bytes it must move at least once (weights, activations in and out, the KV cache read). The table is appended to
+docs/benchmarks.md (``--no-record``: print only; ``--smoke`` appends only to a file named by ``--benchmarks-md``).
 """
 
 from __future__ import annotations
@@ -44,15 +45,15 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+import _bench
+from longrm_jax.models.xla_flags import GPU_DECODE_XLA_FLAGS
+
+ROOT = _bench.REPO_ROOT
 ROW_TAG = "PROFILE_ROW "
-from longrm_jax.models.xla_flags import GPU_DECODE_XLA_FLAGS  # noqa: E402 - after the sys.path line
 
 DECODE_FLAGS = " ".join(GPU_DECODE_XLA_FLAGS)
 DEFAULT_PARTS = "forward,layer,attention,matmuls,elementwise,decode"
 ALL_PARTS = DEFAULT_PARTS.split(",") + ["prefill"]
-HBM_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12}
 DECODE_EXTRA_SLOTS = 256
 STEPS_PER_CALL = 8  # decode steps per timed call (one fori_loop), reported per step
 
@@ -60,13 +61,13 @@ STEPS_PER_CALL = 8  # decode steps per timed call (one fori_loop), reported per 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--smoke", action="store_true", help="tiny model on the CPU (checks the script runs)")
     p.add_argument("--preset", default=None, help="model shapes (training.model_setup.PRESETS; default qwen3_8b)")
     p.add_argument("--seq", type=int, default=None, help="forward / layer / attention length T (default 32768)")
     p.add_argument("--context", type=int, default=None, help="decode context length (default 32768)")
     p.add_argument("--parts", default=DEFAULT_PARTS, help=f"comma-separated subset of {','.join(ALL_PARTS)}")
     p.add_argument("--impl", default="auto", help="attention impl of the model in forward/layer (default auto)")
-    p.add_argument("--runs", type=int, default=5, help="timed samples per measurement (>= 5)")
+    _bench.add_common_flags(p, iters=5, warmup=None, iters_help="timed samples per measurement (>= 5)",
+                            smoke_help="tiny model on the CPU (checks the script runs)")
     p.add_argument("--decode-unrolled", action="store_true", help="also time the decode step with unrolled layers")
     p.add_argument("--no-flags", action="store_true", help="skip the child run with the decode XLA flags")
     p.add_argument("--hbm-gbps", type=float, default=None, help="HBM GB/s for the decode bound (default by device)")
@@ -77,7 +78,7 @@ def parse_args(argv=None):
     args.preset = args.preset or ("tiny_qwen3" if args.smoke else "qwen3_8b")
     args.seq = args.seq or (256 if args.smoke else 32_768)
     args.context = args.context or (256 if args.smoke else 32_768)
-    args.runs = max(5, args.runs)
+    args.iters = max(5, args.iters)
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]
     unknown = sorted(set(parts) - set(ALL_PARTS))
     if unknown:
@@ -212,7 +213,7 @@ def part_prefill_side(args, rec: Recorder, parts):
     ids = jnp.asarray(np.random.default_rng(0).integers(3, cfg.vocab_size, (1, t)), jnp.int32)
     if "forward" in parts:
         weights = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(model))
-        rec.measure(sec, f"classifier forward [1,{t}]", jax.jit(lambda m, i: m(i)), model, ids, runs=args.runs,
+        rec.measure(sec, f"classifier forward [1,{t}]", jax.jit(lambda m, i: m(i)), model, ids, runs=args.iters,
                     flops=L * (mm_flops + attn_flops), nbytes=weights, total=True,
                     note=f"{t / 1:.0f} tokens per call")
     p0 = jax.jit(lambda m: jax.tree.map(lambda a: a[0], m.model.layers.stacked()))(model)
@@ -229,7 +230,7 @@ def part_prefill_side(args, rec: Recorder, parts):
 
         layer_bytes = sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(p0)) + 2 * t * d * item
         rec.measure(sec, f"one decoder layer (impl {args.impl})", jax.jit(one_layer), p0, x, cos, sin,
-                    runs=args.runs, count=L, flops=mm_flops + attn_flops, nbytes=layer_bytes)
+                    runs=args.iters, count=L, flops=mm_flops + attn_flops, nbytes=layer_bytes)
     if "attention" in parts:
         q = normal(keys[1], (1, t, n, h), dt)
         kk = normal(keys[2], (1, t, k, h), dt)
@@ -239,7 +240,7 @@ def part_prefill_side(args, rec: Recorder, parts):
 
         for impl in impls:
             fn = jax.jit(lambda q, kk, v, impl=impl: attention(q, kk, v, causal=True, impl=impl))
-            rec.measure(sec, f"attention {impl} ({resolve_impl(impl)})", fn, q, kk, v, runs=args.runs, count=L,
+            rec.measure(sec, f"attention {impl} ({resolve_impl(impl)})", fn, q, kk, v, runs=args.iters, count=L,
                         flops=attn_flops, nbytes=(2 * t * n * h + 2 * t * k * h) * item)
     if "matmuls" in parts:
         hq = normal(keys[4], (1, t, n, h), dt)
@@ -260,7 +261,7 @@ def part_prefill_side(args, rec: Recorder, parts):
             fan_out = w.size // fan_in
             count = 0 if "fused" in name else L
             rec.measure(sec, f"matmul {name} [{t}x{fan_in}]x[{fan_in}x{fan_out}]",
-                        jax.jit(lambda a, b, eq=eq: jnp.einsum(eq, a, b)), lhs, w, runs=args.runs, count=count,
+                        jax.jit(lambda a, b, eq=eq: jnp.einsum(eq, a, b)), lhs, w, runs=args.iters, count=count,
                         flops=2.0 * t * fan_in * fan_out, nbytes=(t * fan_in + w.size + t * fan_out) * item)
     if "elementwise" in parts:
         q = normal(keys[1], (1, t, n, h), dt)
@@ -268,7 +269,7 @@ def part_prefill_side(args, rec: Recorder, parts):
         gate, up = normal(keys[6], (1, t, f), dt), normal(keys[7], (1, t, f), dt)
         eps = cfg.rms_norm_eps
         rec.measure(sec, f"rms_norm [{t},{d}]", jax.jit(lambda x, w: rms_norm(x, w, eps)), x, p0["attn_norm"],
-                    runs=args.runs, count=2 * L, nbytes=2 * t * d * item)
+                    runs=args.iters, count=2 * L, nbytes=2 * t * d * item)
 
         def qk_norm_rope(q, kk, qn, kn, cos, sin):
             if cfg.qk_norm:
@@ -277,11 +278,11 @@ def part_prefill_side(args, rec: Recorder, parts):
 
         qn = p0.get("q_norm", jnp.ones((h,), dt))
         kn = p0.get("k_norm", jnp.ones((h,), dt))
-        rec.measure(sec, "q/k norm + RoPE", jax.jit(qk_norm_rope), q, kk, qn, kn, cos, sin, runs=args.runs,
+        rec.measure(sec, "q/k norm + RoPE", jax.jit(qk_norm_rope), q, kk, qn, kn, cos, sin, runs=args.iters,
                     count=L, nbytes=2 * t * (n + k) * h * item + 2 * t * h * item)
         rec.measure(sec, f"silu(gate) * up [{t},{f}]", jax.jit(lambda g, u: jax.nn.silu(g) * u), gate, up,
-                    runs=args.runs, count=L, nbytes=3 * t * f * item)
-        rec.measure(sec, "residual add", jax.jit(lambda a, b: a + b), x, x, runs=args.runs, count=2 * L,
+                    runs=args.iters, count=L, nbytes=3 * t * f * item)
+        rec.measure(sec, "residual add", jax.jit(lambda a, b: a + b), x, x, runs=args.iters, count=2 * L,
                     nbytes=3 * t * d * item)
 
 
@@ -325,9 +326,7 @@ def part_decode(args, rec: Recorder):
     cache_bytes = 2 * L * slots * k * h * item
     token = jnp.asarray([[5]], jnp.int32)
     pos = jnp.asarray([[ctx]], jnp.int32)
-    kind = jax.devices()[0].device_kind
-    bandwidth = args.hbm_gbps * 1e9 if args.hbm_gbps else next((v for name, v in HBM_BANDWIDTH.items()
-                                                                 if name in kind), None)
+    bandwidth = args.hbm_gbps * 1e9 if args.hbm_gbps else _bench.hbm_bandwidth(jax.devices()[0].device_kind)
     bound = f"HBM bound {(weight_bytes + cache_bytes) / bandwidth * 1e3:.2f} ms" if bandwidth else ""
 
     def steps(cache, model, token, pos):
@@ -350,7 +349,7 @@ def part_decode(args, rec: Recorder):
     for name, m in variants:
         try:
             seconds, first, cache = time_chain(jax.jit(steps, donate_argnums=(0,)), cache, m, token, pos,
-                                               runs=args.runs)
+                                               runs=args.iters)
             seconds, first = seconds / STEPS_PER_CALL, first - seconds + seconds / STEPS_PER_CALL
             rec.add(sec, f"{name} @ {ctx} ctx", seconds, flops=L * (mm_flops + attn_flops) + 2 * d * vocab,
                     nbytes=weight_bytes + cache_bytes, compile_s=first - seconds, note=bound,
@@ -371,7 +370,7 @@ def part_decode(args, rec: Recorder):
     new = normal(keys[2], (L, 1, 1, k, h), dt)
     try:
         seconds, first, kv = time_chain(jax.jit(update, donate_argnums=(0,)), (cache.k, cache.v), new,
-                                        jnp.asarray(ctx, jnp.int32), runs=args.runs)
+                                        jnp.asarray(ctx, jnp.int32), runs=args.iters)
         cache = dataclasses.replace(cache, k=kv[0], v=kv[1])
         rec.add(sec, "KV cache update alone (all layers)", seconds, nbytes=2 * L * k * h * item,
                 compile_s=first - seconds, note="in place: should be ~launch cost")
@@ -385,7 +384,7 @@ def part_decode(args, rec: Recorder):
                                                                _dot_single_query)]:
         rec.measure(sec, f"1-query attention over a cache layer, {name}",
                     jax.jit(lambda q, ka, va, m, fn=fn: fn(q, ka[L // 2], va[L // 2], m)), q, cache.k, cache.v,
-                    mask, runs=args.runs, count=L if name == "model formulation" else 0, flops=attn_flops,
+                    mask, runs=args.iters, count=L if name == "model formulation" else 0, flops=attn_flops,
                     nbytes=layer_kv_bytes)
 
     stacked = model.model.layers.stacked()
@@ -401,9 +400,9 @@ def part_decode(args, rec: Recorder):
 
     x1, xf, xa = normal(keys[4], (1, 1, d), dt), normal(keys[5], (1, 1, f), dt), q
     rec.measure(sec, "one layer's 7 weight matvecs (contiguous weights)", jax.jit(matvecs), x1, xf, xa, ws,
-                runs=args.runs, count=L, flops=mm_flops, nbytes=sum(w.size for w in ws) * item)
+                runs=args.iters, count=L, flops=mm_flops, nbytes=sum(w.size for w in ws) * item)
     head = model.lm_head_weight()
-    rec.measure(sec, f"LM head matvec [{d}x{vocab}]", jax.jit(lambda x, w: x @ w), x1[0], head, runs=args.runs,
+    rec.measure(sec, f"LM head matvec [{d}x{vocab}]", jax.jit(lambda x, w: x @ w), x1[0], head, runs=args.iters,
                 flops=2.0 * d * vocab, nbytes=d * vocab * item)
 
 
@@ -427,16 +426,16 @@ def part_grm_prefill(args, rec: Recorder):
 
     mm_flops, attn_flops = layer_flops(cfg, t, t, causal_self=True)
     rec.measure("prefill", f"GRM prefill into a KV cache [1,{t}]", jax.jit(prefill), model, ids, positions,
-                runs=args.runs, count=0, flops=cfg.num_layers * (mm_flops + attn_flops))
+                runs=args.iters, count=0, flops=cfg.num_layers * (mm_flops + attn_flops))
 
 
 # ------------------------------------------------------------------------------------------------- report
-def format_table(rows, header: str) -> str:
+def format_table(rows) -> list[str]:
     totals = {}
     for r in rows:
         if r["total"] and r["ms"]:
             totals[r["section"]] = r["ms"]
-    lines = [header, "", "| section | part | ms | x | % of total | TFLOP/s | GB/s | compile s | note |",
+    lines = ["| section | part | ms | x | % of total | TFLOP/s | GB/s | compile s | note |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         total = totals.get(r["section"]) or totals.get(r["section"].split("[")[0])
@@ -451,13 +450,13 @@ def format_table(rows, header: str) -> str:
         comp = f"{r['compile_s']:.1f}" if r["compile_s"] is not None else ""
         lines.append(f"| {r['section']} | {r['part']} | {ms:.3f} | {r['count']} | {share} | {tflops} | {gbps} | "
                      f"{comp} | {r['note']} |")
-    return "\n".join(lines)
+    return lines
 
 
 def run_child(args, tag: str, parts: list[str], extra_flags: str) -> list[dict]:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", tag, "--parts", ",".join(parts), "--preset",
            args.preset, "--seq", str(args.seq), "--context", str(args.context), "--impl", args.impl,
-           "--runs", str(args.runs), "--no-flags"]
+           "--iters", str(args.iters), "--no-flags", "--no-record"]
     if args.smoke:
         cmd.append("--smoke")
     if tag == "flags":  # keep the GPU run short: the step and the layer are what the flags change
@@ -513,13 +512,16 @@ def main(argv=None) -> int:
     # The main parts also run in a child, so that a crash (e.g. out of memory) keeps what was measured.
     rows = run_child(args, "", args.parts, "") + rows
     import jax
-    header = (f"## model profile ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n\n"
-              f"`python scripts/profile_model.py {' '.join(sys.argv[1:])}`: {args.preset} shapes, "
-              f"{'fp32' if args.smoke else 'bf16'}, random weights, T={args.seq}, decode context {args.context}, "
-              f"jax {jax.__version__}; [flags] rows: XLA_FLAGS += `{DECODE_FLAGS}`; "
-              f"wall {time.perf_counter() - started:.0f} s.")
-    table = format_table(rows, header)
-    print("\n" + table)
+
+    details = (f"{args.preset} shapes, {'fp32' if args.smoke else 'bf16'}, random weights, T={args.seq}, decode "
+               f"context {args.context}, jax {jax.__version__}; [flags] rows: XLA_FLAGS += `{DECODE_FLAGS}`; "
+               f"wall {time.perf_counter() - started:.0f} s.")
+    table = format_table(rows)
+    print(f"\n{_bench.devices_name()}: {details}\n\n" + "\n".join(table))
+    path = _bench.record_path(args)
+    if path:
+        _bench.append_section(path, "model profile", command=_bench.command_line(argv),
+                              device=_bench.devices_name(), details=details, table=table)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(rows, handle, indent=1)

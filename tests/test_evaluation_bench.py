@@ -18,7 +18,7 @@ def _load_bench():
 
 
 def test_forward_flops_per_token_qwen3_8b_32k():
-    """Reference section 7, by hand for Qwen3-8B as a classifier at S = 32768:
+    """docs/flops.md by hand for Qwen3-8B as a classifier at S = 32768:
     N = 36 * (4096*32*128*2 + 4096*8*128*2 + 3*4096*12288) + 4096*1 = 6,945,771,520 (no embedding);
     forward = 2 N + 2 * 36 * 32 * 128 * 32768 = 13,891,543,040 + 9,663,676,416 = 23,555,219,456 (~23.6 GFLOP);
     the attention term is not halved a second time."""
@@ -34,6 +34,6 @@ def test_forward_flops_per_token_qwen3_8b_32k():
 def test_bench_eval_smoke(capsys):
     bench = _load_bench()
     assert bench.main(["--smoke", "--lengths", "128", "--sequences", "1", "--decode-context", "64",
-                       "--decode-steps", "4", "--no-append"]) == 0
+                       "--decode-steps", "4", "--no-record"]) == 0
     out = capsys.readouterr().out
     assert "| 128 | 1 |" in out and "failed" not in out and "GRM greedy decode" in out

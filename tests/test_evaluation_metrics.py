@@ -71,6 +71,20 @@ def test_roc_auc_matches_sklearn(seed):
     assert metrics.roc_auc(scores, labels) == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
 
 
+def test_roc_auc_is_the_exact_tie_half_fraction():
+    # The definition: P(random positive > random negative) + 1/2 P(tie), as the exact fraction's nearest float,
+    # so a halfway value rounds to 5 decimals the same way whatever order a library sums in.
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        labels = rng.integers(0, 2, 41)
+        labels[:2] = [0, 1]
+        scores = rng.integers(-2, 3, 41).astype(float)
+        pos, neg = scores[labels == 1], scores[labels == 0]
+        doubled_wins = int(2 * (pos[:, None] > neg[None, :]).sum() + (pos[:, None] == neg[None, :]).sum())
+        assert metrics.roc_auc(scores, labels) == doubled_wins / (2 * pos.size * neg.size)
+    assert np.isnan(metrics.roc_auc([1.0, 2.0], [1, 1]))
+
+
 def test_pair_auc_matches_sklearn_both_orientations():
     rng = np.random.default_rng(3)
     chosen, rejected = rng.normal(size=50) + 0.5, rng.normal(size=50)

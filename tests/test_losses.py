@@ -1,4 +1,4 @@
-"""Losses against the reference formulas (reference.md section 2.2), written out in numpy."""
+"""Losses against the upstream formulas (docs/upstream.md, "Losses"), written out in numpy."""
 
 import jax
 import jax.numpy as jnp

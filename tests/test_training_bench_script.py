@@ -37,5 +37,5 @@ def test_bench_train_smoke(tmp_path, layout):
 
 
 def test_bench_optimizer_smoke():
-    stdout = _run([os.path.join("scripts", "bench_optimizer.py"), "--smoke", "--steps", "1"])
+    stdout = _run([os.path.join("scripts", "bench_optimizer.py"), "--smoke", "--iters", "1"])
     assert "| clip + adamw + finite guard (train step) |" in stdout

@@ -9,9 +9,9 @@ Formats (`parse_*`, or `format="auto"`, detected from the first row's fields):
   assistant message of `chat_template`/`messages` is the target. `prompt` (messages or text) + `response` too.
 - `preference`: upstream rows (`chat_template`, `chosen` str, `rejects` list) and generic rows (`prompt`
   messages or text, `chosen`, `rejected` str or list).
-- `long_rewardbench`: Long-RewardBench `{Task}.jsonl` rows (reference section 3), PairWise and BestOfN (no
+- `long_rewardbench`: Long-RewardBench `{Task}.jsonl` rows (docs/upstream.md, "Long-RewardBench"), PairWise and BestOfN (no
   `tasktype`: pairwise, as upstream).
-- `longform`: Long-form RewardBench records (reference section 4).
+- `longform`: Long-form RewardBench records (docs/upstream.md, "Long-form RewardBench").
 
 Bad rows (missing field, wrong type, empty response, unknown `tasktype`, invalid JSON line) raise `DataError`
 naming file, row or line, and field. `RecordSource(..., skip_bad_rows=True).records()` logs and counts them

@@ -62,7 +62,7 @@ class PreferenceRecord:
 
 @dataclasses.dataclass(frozen=True)
 class BenchRecord:
-    """One Long-RewardBench sample (reference section 3), pairwise or Best-of-N.
+    """One Long-RewardBench sample (schema in docs/upstream.md, "Long-RewardBench"), pairwise or Best-of-N.
 
     `candidates` is always best first: for pairwise `(chosen, rejected)`, for Best-of-N the file's
     `candidates`. `candidate_models` / `candidate_scores` follow the same order (None where the file has none).
@@ -95,7 +95,7 @@ class BenchRecord:
 
 @dataclasses.dataclass(frozen=True)
 class LongFormRecord:
-    """One Long-form RewardBench record (reference section 4): prompt text, chosen list, rejected list."""
+    """One Long-form RewardBench record (docs/upstream.md, "Long-form RewardBench"): prompt text, chosen list, rejected list."""
 
     id: str
     prompt: str

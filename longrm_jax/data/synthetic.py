@@ -11,7 +11,7 @@ Writers (deterministic by seed):
   (`chat_template` messages, `chosen` str, `rejects` list) and `sft_{train,eval}.jsonl` in the upstream SFT
   format (`chat_template`, `golden`).
 - `write_long_rewardbench(out_dir, ...)`: `{Task}.jsonl` Long-RewardBench task files with every field of
-  reference section 3. Pairwise rows ask for one password; Best-of-N rows with n candidates ask for n-1
+  docs/upstream.md ("Long-RewardBench"). Pairwise rows ask for one password; Best-of-N rows with n candidates ask for n-1
   passwords and candidate j (best first) gets n-1-j of them right (`candidates_score` = number right).
 
 CLI: `python -m longrm_jax.data.synthetic --out DIR [--num-train N] [--lengths 32,64,128,256] ...`.

@@ -1,12 +1,16 @@
-"""Minimal safetensors reader / writer on numpy + ml_dtypes.
+"""Safetensors files: a lazily memory-mapped reader of our own, the ``safetensors`` library's writer.
 
-Why not ``safetensors.safe_open(framework="numpy")``: numpy has no bfloat16, so that reader refuses bf16
-tensors (``data type 'bfloat16' not understood``), and going through torch would make torch a runtime
-dependency. The format is simple (8-byte little-endian header length, JSON header of
-``{name: {dtype, shape, data_offsets}}`` + ``__metadata__``, raw little-endian data), so we memory-map the
-file and slice lazily: reading a shard of a tensor touches only the pages of that shard. Every header entry
-is validated against the file size up front, so a truncated or corrupt file fails at open, naming the file
-and tensor, before anything is loaded.
+Writing goes through ``safetensors.numpy.save_file`` (the format's own serializer; it takes numpy arrays of every
+dtype we store, ml_dtypes' bfloat16 and float8 included). From 0.8 on it serializes straight from each array's
+buffer; earlier releases first copied every tensor to ``bytes`` (twice a shard's memory), hence the version floor.
+
+Reading stays here, on numpy + ml_dtypes, because the library's numpy reader does not cover what the loader
+needs: ``safe_open(framework="numpy")`` cannot return float8 tensors (numpy has no such dtype; bfloat16 only
+since recent releases), and its errors name neither the file nor the tensor. The format is simple (8-byte
+little-endian header length, JSON header of ``{name: {dtype, shape, data_offsets}}`` + ``__metadata__``, raw
+little-endian data), so we memory-map the file and slice lazily: reading a shard of a tensor touches only the
+pages of that shard. Every header entry is validated against the file size up front, so a truncated or corrupt
+file fails at open, naming the file and tensor, before anything is loaded.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Iterable, Mapping
 
 import ml_dtypes
 import numpy as np
+import safetensors.numpy
 
 DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype("<f8"),
@@ -115,27 +120,15 @@ class SafetensorsFile:
 
 
 def save_file(tensors: Mapping[str, np.ndarray], path: str | os.PathLike, metadata: Mapping[str, str] | None = None):
-    """Write ``tensors`` (in the given order) as a safetensors file, header padded to 8 bytes like the
-    reference writer."""
-    header: dict = {"__metadata__": dict(metadata)} if metadata else {}
-    offset = 0
-    arrays = []
+    """Write ``tensors`` (in the given order) as a safetensors file; atomic (a temporary file, then a rename)."""
+    arrays = {}
     for name, arr in tensors.items():
-        arr = np.ascontiguousarray(arr)
+        arr = np.ascontiguousarray(arr)  # the library serializes from the raw buffer: it must be dense
         if arr.dtype not in DTYPE_NAMES:
             raise ValueError(f"tensor {name!r}: dtype {arr.dtype} cannot be stored in safetensors")
-        header[name] = {"dtype": DTYPE_NAMES[arr.dtype], "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + arr.nbytes]}
-        offset += arr.nbytes
-        arrays.append(arr)
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)
+        arrays[name] = arr
     tmp = os.fspath(path) + ".tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(struct.pack("<Q", len(blob)))
-        fh.write(blob)
-        for arr in arrays:
-            fh.write(arr.view(np.uint8).reshape(-1).data if arr.size else b"")
+    safetensors.numpy.save_file(arrays, tmp, metadata=dict(metadata) if metadata else None)
     os.replace(tmp, path)
 
 

@@ -2,7 +2,7 @@
 
 Frequencies are computed once, on the host in float64 -> float32 numpy, following
 ``transformers.modeling_rope_utils`` (types ``default``, ``linear``, ``llama3``, ``yarn``). Note the YaRN trap
-(reference section 5): transformers 4.51-4.55 replaced the configured factor by
+(docs/upstream.md, "Architectures and HF transformers parity"): transformers 4.51-4.55 replaced the configured factor by
 max_position_embeddings / original_max_position_embeddings; 4.56+ uses the configured ``factor``, as we do.
 
 cos/sin are computed in float32 from float32 positions (as HF does), scaled by the attention factor, then

@@ -1,4 +1,4 @@
-"""Training metrics: FLOPs / MFU (reference section 7) and writers (JSON lines, TensorBoard).
+"""Training metrics: FLOPs / MFU (counted as docs/flops.md describes) and writers (JSON lines, TensorBoard).
 
 FLOPs of a training step (forward + backward, recomputation not counted):
 ``6 * N_matmul * tokens + 6 * L * H_q * head_dim * sum_over_segments(n^2)``, i.e. per token
@@ -16,7 +16,7 @@ import os
 import jax
 import numpy as np
 
-# Dense bf16 peak per device (reference section 7); None: MFU is not reported.
+# Dense bf16 peak per device (docs/flops.md); None: MFU is not reported.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12}
 
 

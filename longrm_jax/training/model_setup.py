@@ -25,7 +25,7 @@ PRESETS: dict[str, dict] = {
     "tiny_llama": dict(family="llama", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                        num_kv_heads=2, head_dim=16, rms_norm_eps=1e-5, rope_theta=5e5,
                        max_position_embeddings=32768),
-    # Reference section 5 shapes (random weights: benchmarks).
+    # The 8B shapes of docs/upstream.md "Architectures" (random weights: benchmarks).
     "qwen3_8b": dict(family="qwen3", qk_norm=True, vocab_size=151936, hidden_size=4096, intermediate_size=12288,
                      num_layers=36, num_heads=32, num_kv_heads=8, head_dim=128, rms_norm_eps=1e-6,
                      rope_theta=1e6, max_position_embeddings=131072, rope_type="yarn",
