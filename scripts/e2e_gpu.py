@@ -46,7 +46,9 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=sorted(MODELS), required=True)
     p.add_argument("--length", type=int, default=32768, help="tokens per sequence L (pair = 2 L)")
-    p.add_argument("--steps", type=int, default=2, help="training steps (the kill comes after step 1's checkpoint)")
+    p.add_argument("--steps", type=int, default=None, help="training steps; the kill comes once step 1's checkpoint "
+                   "is complete, so later steps must still be running then (default 2; 40 with --smoke, where a "
+                   "step takes milliseconds)")
     p.add_argument("--work", default=None, help="working directory (default: a fresh one under /tmp)")
     p.add_argument("--eval-samples", type=int, default=1, help="samples per task file (--limit)")
     p.add_argument("--eval-tasks", default="LongQA,Safety", help="Long-RewardBench task files to evaluate")
@@ -125,7 +127,7 @@ class Phases:
                     killed = True
                     proc.wait()
                     break
-                time.sleep(0.5)
+                time.sleep(0.1)
         wall = time.perf_counter() - t0
         rc = proc.returncode
         peak = peak_from() if peak_from else None
@@ -169,6 +171,8 @@ def write_random_hf(preset: str, stage: str, out_dir: str) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     stage, config, eval_flags = MODELS[args.model]
+    if args.steps is None:
+        args.steps = 40 if args.smoke else 2
     preset = TINY[args.model] if args.smoke else args.model
     length = 128 if args.smoke else args.length
     work = args.work or os.path.join("/tmp", f"e2e_{args.model}_{os.getpid()}")
@@ -202,6 +206,9 @@ def main(argv=None) -> int:
 
     phases.run("train", _cli(train), env=_env(args.smoke, True), kill_when=lambda: _checkpoint_done(ckpt_dir, 1),
                peak_from=train_peak, log_dir=work)
+    if not phases.rows[-1]["killed"]:
+        raise SystemExit("training finished before its step-1 checkpoint was complete, so the kill and resume were "
+                         "not exercised: give more --steps")
     phases.run("resume", _cli(train + ["--resume"]), env=_env(args.smoke, True), peak_from=train_peak, log_dir=work)
     with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
         steps = [json.loads(line)["step"] for line in f if line.strip() and '"train"' in line]
