@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from collections.abc import Sequence
 from functools import partial
 
@@ -34,6 +35,8 @@ from longrm_jax.models.layers import constrain
 from longrm_jax.parallel.placement import place_batch
 from longrm_jax.parallel.zigzag import zigzag_permutation
 
+logger = logging.getLogger(__name__)
+
 
 @dataclasses.dataclass
 class Generation:
@@ -44,7 +47,8 @@ class Generation:
     stopped: bool  # ended by a stop token (False: hit max_new_tokens)
 
 
-def _letter_logprobs(logits_bv: jax.Array, letter_ids: jax.Array) -> jax.Array:
+def letter_logprobs(logits_bv: jax.Array, letter_ids: jax.Array) -> jax.Array:
+    """[B, num_letters] log-probabilities of the verdict letters (-inf where a letter has no token, id -1)."""
     logp = jax.nn.log_softmax(logits_bv.astype(jnp.float32), axis=-1)
     safe = jnp.maximum(letter_ids, 0)
     return jnp.where(letter_ids[None, :] >= 0, logp[:, safe], -jnp.inf)
@@ -69,7 +73,7 @@ def _prefill(model, input_ids, positions, last_index, letter_ids, *, max_len: in
     logits, cache = model(input_ids, positions=positions, cache=cache, prefill=True, logits_at=last_index)
     cache = _constrain_cache(cache)
     last = logits[:, 0]
-    return cache, jnp.argmax(last, axis=-1).astype(jnp.int32), _letter_logprobs(last, letter_ids)
+    return cache, jnp.argmax(last, axis=-1).astype(jnp.int32), letter_logprobs(last, letter_ids)
 
 
 def _decode(model, cache, first_token, first_letters, lengths, stop_ids, letter_ids, *, max_new: int,
@@ -96,7 +100,7 @@ def _decode(model, cache, first_token, first_letters, lengths, stop_ids, letter_
         nxt = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
         nxt = jnp.where(done, pad_id, nxt)
         tokens = tokens.at[:, step + 1].set(nxt)
-        letters = letters.at[:, step + 1].set(_letter_logprobs(logits[:, 0], letter_ids))
+        letters = letters.at[:, step + 1].set(letter_logprobs(logits[:, 0], letter_ids))
         done = done | jnp.isin(nxt, stop_ids)
         return step + 1, nxt, done, cache, tokens, letters
 
@@ -119,6 +123,14 @@ def _jitted_decode(max_new: int, pad_id: int, donate_cache: bool):
 class GreedyGenerator:
     """Batched greedy generation with a preallocated KV cache; one compile per (rows, bucket) shape.
 
+    Two schedules, same outputs: ``continuous=True`` (default on one device) keeps a fixed number of slots
+    busy, refilling a finished row with the next prompt (:mod:`longrm_jax.evaluation.continuous`), its slot
+    count ``batch_size`` or, when that is None, chosen from the device's memory
+    (:func:`longrm_jax.evaluation.continuous.slots_from_memory`; ``memory_bytes`` overrides the device's
+    limit); ``decode_chunk`` decode steps run per host round trip. ``continuous=False`` (and any mesh of
+    more than one device) runs static batches of ``batch_size`` rows (4 when None) per length bucket, capped
+    by ``max_batch_tokens``, each decoded until its last row is done.
+
     ``mesh``: rows are split over data x fsdp; with ``seq`` > 1 prompts are also padded to a multiple of
     2 x seq, put in zigzag order and prefilled with ring attention under the mesh, the KV cache's slots split
     over ``seq`` (contexts longer than one device holds); decoding then runs on that sharded cache.
@@ -132,9 +144,12 @@ class GreedyGenerator:
         stop_ids: Sequence[int],
         max_new_tokens: int = 2048,
         letter_ids: Sequence[int] = (),
-        batch_size: int = 4,
+        batch_size: int | None = 4,
         max_batch_tokens: int | None = 131_072,
         mesh: Mesh | None = None,
+        continuous: bool = False,
+        decode_chunk: int = 16,
+        memory_bytes: int | None = None,
     ):
         self.model = model
         self.pad_id = int(pad_id)
@@ -144,6 +159,13 @@ class GreedyGenerator:
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
         self.mesh = mesh
+        self.continuous = continuous and (mesh is None or mesh.size == 1)
+        if continuous and not self.continuous:
+            logger.info("continuous batching runs on one device; static batches on the %d-device mesh", mesh.size)
+        if decode_chunk < 1:
+            raise ValueError(f"decode_chunk must be >= 1, got {decode_chunk}")
+        self.decode_chunk = int(decode_chunk)
+        self.memory_bytes = memory_bytes
         _, self.seq_size = mesh_sizes(mesh)
         self._decode = _jitted_decode(self.max_new_tokens, self.pad_id, jax.default_backend() != "cpu")
 
@@ -169,9 +191,20 @@ class GreedyGenerator:
         """Greedy continuations of ``prompts`` (int32 id arrays), in the given order."""
         from tqdm.auto import tqdm
 
+        if self.continuous:
+            from longrm_jax.evaluation.continuous import continuous_generate, slots_from_memory
+
+            def slots_for(columns: int) -> int:
+                if self.batch_size:
+                    return self.batch_size
+                return slots_from_memory(self.model, columns, memory_bytes=self.memory_bytes)
+
+            return continuous_generate(self, prompts, slots_for=slots_for, chunk=self.decode_chunk,
+                                       progress=progress, desc=desc)
+
         row_multiple, _ = mesh_sizes(self.mesh)
         length_multiple = 2 * self.seq_size if self.seq_size > 1 else 1
-        batches = plan_batches([len(p) for p in prompts], max_rows=self.batch_size,
+        batches = plan_batches([len(p) for p in prompts], max_rows=self.batch_size or 4,
                                max_batch_tokens=self.max_batch_tokens, length_multiple=length_multiple,
                                row_multiple=row_multiple, extra_tokens=self.max_new_tokens)
         results: list[Generation | None] = [None] * len(prompts)

@@ -1,9 +1,11 @@
 """Preallocated KV cache for generation, with static shapes so a jitted decode loop compiles once.
 
 Every slot remembers the position and segment id of the token written there, and attention masks by them:
-a query (position p, segment s) sees slot j iff j has been written, ``segment[j] == s`` and
-``position[j] <= p``. That single rule covers plain prompts, right-padded prompts (pads carry segment 0, so
-real tokens never see them, and each row decodes on from its own length) and left-padded ones.
+a query (position p, segment s) sees slot j iff ``segment[j] == s != 0`` and ``position[j] <= p``. Unwritten
+slots keep segment 0, so the rule needs no notion of "written so far": it covers plain prompts, right-padded
+prompts (pads carry segment 0, so real tokens never see them, and each row decodes on from its own length),
+left-padded ones, and caches used as ring buffers whose rows start at different slots (continuous batching:
+the slot order of a row does not matter, only the positions and segments recorded in it).
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ class KVCache:
 
     def attention_mask(self, positions_bt: jax.Array, segment_ids_bt: jax.Array, num_new: int) -> jax.Array:
         """[B, T, S] mask for T new queries, after ``write_meta`` for them."""
-        written = jnp.arange(self.max_len) < self.index + num_new
-        same_segment = segment_ids_bt[:, :, None] == self.segment_ids[:, None, :]
+        del num_new  # kept for callers; written slots are told apart by their nonzero segment ids
+        same_segment = (segment_ids_bt[:, :, None] == self.segment_ids[:, None, :]) & (self.segment_ids[:, None, :] != 0)
         not_future = self.positions[:, None, :] <= positions_bt[:, :, None]
-        return written[None, None, :] & same_segment & not_future
+        return same_segment & not_future
 

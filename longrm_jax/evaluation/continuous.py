@@ -1,0 +1,285 @@
+"""Continuous batching for greedy GRM generation: a fixed number of slots that stay full.
+
+A static batch decodes until its longest row is done, its finished rows idling. Here a finished row (stop
+token or budget) is refilled at once with the next prompt, so every decode step works on a full batch.
+
+Layout. The KV cache has ``slots`` rows of ``S = bucket + max_new_tokens`` columns, used as a ring: all rows
+write the same column per decode step (a shared write pointer, so the decoder's cache update stays one
+``dynamic_update_slice``), wrapping modulo ``S``. Attention masks by the position and segment id recorded in
+each column, never by column order (:mod:`longrm_jax.models.cache`), so a row may start anywhere in the ring.
+A prompt admitted when the pointer is at column ``c`` is prefilled on its own (batch 1, the bucket's length)
+and its keys/values are placed in the columns just before ``c`` (rolled into the row, which is rewritten
+whole: the previous occupant's columns get segment 0); its first decode step then writes column ``c``. A row
+spans prompt + budget <= S columns, so it never overwrites itself.
+
+Host round trips. Each jitted decode call runs up to ``chunk`` steps in a ``lax.while_loop``; it returns
+early when a row finishes while prompts are still waiting (so the slot is refilled with no idle step), or
+when every row is done. Prompts are grouped by length bucket (longest first): each bucket runs its own slot
+pool with ``S`` sized for it, so short prompts do not pay for the longest one's cache.
+
+Outputs are those of the static path (:class:`longrm_jax.evaluation.generation.GreedyGenerator`): the
+continuation without the stop token, per-token verdict-letter log-probs and whether a stop token ended it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from collections import deque
+from collections.abc import Sequence
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from longrm_jax.evaluation.batching import PAD_POSITION, bucket_lengths, pick_bucket
+
+logger = logging.getLogger(__name__)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class SlotState:
+    """Per-slot decoding state (device arrays, ``R`` slots).
+
+    token [R]: last emitted token (fed at the next step); position [R]: its position; count [R]: tokens
+    generated so far (the first comes from the prefill); done [R]: stop token emitted or budget reached;
+    active [R]: the slot holds a prompt; tokens [R, max_new]; letters [R, max_new, num_letters]."""
+
+    token: jax.Array
+    position: jax.Array
+    count: jax.Array
+    done: jax.Array
+    active: jax.Array
+    tokens: jax.Array
+    letters: jax.Array
+
+
+def empty_state(slots: int, max_new: int, num_letters: int, pad_id: int) -> SlotState:
+    zeros = jnp.zeros((slots,), jnp.int32)
+    return SlotState(token=jnp.full((slots,), pad_id, jnp.int32), position=zeros, count=zeros,
+                     done=jnp.ones((slots,), bool), active=jnp.zeros((slots,), bool),
+                     tokens=jnp.full((slots, max_new), pad_id, jnp.int32),
+                     letters=jnp.zeros((slots, max_new, num_letters), jnp.float32))
+
+
+def _admit(cache, state: SlotState, prompt_cache, first, first_letters, row, length, stop_ids, *, max_new: int,
+           pad_id: int):
+    """Put a prefilled prompt (batch-1 ``prompt_cache`` of P columns, ``length`` real tokens) into slot ``row``.
+
+    Its P columns land at ring columns ``[c - length, c - length + P) mod S`` (``c`` = the write pointer), the
+    rest of the row is cleared to segment 0; columns past ``length`` are the prompt's pads (``PAD_POSITION``,
+    never visible) that the row's decode steps overwrite.
+    """
+    total = cache.k.shape[2]
+    span = prompt_cache.k.shape[2]
+    shift = jnp.mod(cache.index - length, total)
+
+    def ring_row(values, axis):  # [.., P, ..] -> [.., S, ..] zero-padded, rolled to start at ``shift``
+        pad = [(0, 0)] * values.ndim
+        pad[axis] = (0, total - span)
+        return jnp.roll(jnp.pad(values, pad), shift, axis=axis)
+
+    k_row = ring_row(prompt_cache.k[:, 0], 1)[:, None].astype(cache.k.dtype)  # [L, 1, S, K, H]
+    v_row = ring_row(prompt_cache.v[:, 0], 1)[:, None].astype(cache.v.dtype)
+    pos_row = ring_row(prompt_cache.positions, 1)
+    seg_row = ring_row(prompt_cache.segment_ids, 1)
+    zero = jnp.zeros((), jnp.int32)
+    cache = dataclasses.replace(
+        cache,
+        k=jax.lax.dynamic_update_slice(cache.k, k_row, (zero, row, zero, zero, zero)),
+        v=jax.lax.dynamic_update_slice(cache.v, v_row, (zero, row, zero, zero, zero)),
+        positions=jax.lax.dynamic_update_slice(cache.positions, pos_row, (row, zero)),
+        segment_ids=jax.lax.dynamic_update_slice(cache.segment_ids, seg_row, (row, zero)))
+    first = first[0]
+    done = jnp.isin(first, stop_ids) | (max_new <= 1)
+    state = SlotState(
+        token=state.token.at[row].set(first), position=state.position.at[row].set(length),
+        count=state.count.at[row].set(1), done=state.done.at[row].set(done),
+        active=state.active.at[row].set(True),
+        tokens=state.tokens.at[row].set(jnp.full((max_new,), pad_id, jnp.int32).at[0].set(first)),
+        letters=state.letters.at[row].set(jnp.zeros_like(state.letters[0]).at[0].set(first_letters[0])))
+    return cache, state
+
+
+def _decode_chunk(model, cache, state: SlotState, stop_ids, letter_ids, stop_on_finish, *, chunk: int,
+                  max_new: int, pad_id: int):
+    """Up to ``chunk`` greedy steps for every running slot; returns (cache, state, steps run).
+
+    Stops early when every active row is done, or (``stop_on_finish``: prompts are waiting) when some row
+    finished during this call."""
+    from longrm_jax.evaluation.generation import letter_logprobs
+
+    total = cache.k.shape[2]
+    entry_done = state.done
+
+    def running(s):
+        return s.active & ~s.done
+
+    def cond(carry):
+        step, _, s = carry
+        finished = jnp.any(s.done & ~entry_done & s.active)
+        return (step < chunk) & jnp.any(running(s)) & ~(stop_on_finish & finished)
+
+    def body(carry):
+        step, cache, s = carry
+        cache = dataclasses.replace(cache, index=jnp.mod(cache.index, total))
+        positions = s.position[:, None]
+        logits, cache = model(s.token[:, None], positions=positions, segment_ids=jnp.ones_like(positions),
+                              cache=cache)
+        live = running(s)
+        nxt = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
+        rows = jnp.arange(nxt.shape[0])
+        at = jnp.where(live, s.count, max_new)  # out of range: dropped (finished / empty slots keep theirs)
+        tokens = s.tokens.at[rows, at].set(nxt, mode="drop")
+        letters = s.letters.at[rows, at].set(letter_logprobs(logits[:, 0], letter_ids), mode="drop")
+        count = s.count + live
+        done = s.done | (live & (jnp.isin(nxt, stop_ids) | (count >= max_new)))
+        s = SlotState(token=jnp.where(live, nxt, pad_id), position=s.position + live, count=count, done=done,
+                      active=s.active, tokens=tokens, letters=letters)
+        return step + 1, cache, s
+
+    step, cache, state = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), cache, state))
+    cache = dataclasses.replace(cache, index=jnp.mod(cache.index, total))
+    return cache, state, step
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted(chunk: int, max_new: int, pad_id: int, donate: bool):
+    # Donation lets the slot cache be updated in place (the CPU backend does not support it).
+    donate_args = (0, 1) if donate else ()
+    admit = jax.jit(partial(_admit, max_new=max_new, pad_id=pad_id), donate_argnums=donate_args)
+    decode = jax.jit(partial(_decode_chunk, chunk=chunk, max_new=max_new, pad_id=pad_id),
+                     donate_argnums=(1, 2) if donate else ())
+    return admit, decode
+
+
+def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, chunk: int, progress: bool,
+                        desc: str):
+    """Greedy continuations of ``prompts`` with slot refilling; ``generator`` is the calling
+    ``GreedyGenerator`` (model, ids, prefill), ``slots_for(total_columns)`` the slot count of a pool."""
+    from tqdm.auto import tqdm
+
+    from longrm_jax.evaluation.generation import Generation
+
+    max_new = generator.max_new_tokens
+    pad_id = generator.pad_id
+    admit, decode = _jitted(int(chunk), max_new, pad_id, jax.default_backend() != "cpu")
+    stop_set = set(np.asarray(generator.stop_ids).tolist())
+    num_letters = int(generator.letter_ids.shape[0])
+    results: list = [None] * len(prompts)
+    if not prompts:
+        return results
+    buckets = bucket_lengths(max(len(p) for p in prompts))
+    pools: dict[int, list[int]] = {}
+    for index in sorted(range(len(prompts)), key=lambda i: -len(prompts[i])):
+        pools.setdefault(pick_bucket(len(prompts[index]), buckets), []).append(index)
+    bar = tqdm(total=len(prompts), unit="prompt", desc=desc, disable=not progress)
+    for bucket in sorted(pools, reverse=True):
+        queue = deque(pools[bucket])
+        slots = max(1, min(slots_for(bucket + max_new), len(queue)))
+        logger.info("continuous batching: %d prompts of <= %d tokens on %d slots of %d cache columns",
+                    len(queue), bucket, slots, bucket + max_new)
+        cache = generator.model.init_cache(slots, bucket + max_new)
+        state = empty_state(slots, max_new, num_letters, pad_id)
+        owner: list[int | None] = [None] * slots
+        prefill = generator._prefill_fn(bucket)
+
+        def fill(row, cache, state):
+            item = queue.popleft()
+            seq = np.asarray(prompts[item], np.int32)
+            ids = np.full((1, bucket), pad_id, np.int32)
+            ids[0, :len(seq)] = seq
+            positions = np.where(np.arange(bucket) < len(seq), np.arange(bucket), PAD_POSITION)[None].astype(np.int32)
+            prompt_cache, first, letters = prefill(generator.model, ids, positions,
+                                                   np.array([len(seq) - 1], np.int32), generator.letter_ids)
+            cache, state = admit(cache, state, prompt_cache, first, letters, np.int32(row), np.int32(len(seq)),
+                                 generator.stop_ids)
+            owner[row] = item
+            return cache, state
+
+        for row in range(slots):
+            cache, state = fill(row, cache, state)
+        while any(o is not None for o in owner):
+            cache, state, _ = decode(generator.model, cache, state, generator.stop_ids, generator.letter_ids,
+                                     np.bool_(bool(queue)))
+            done, count = jax.device_get((state.done, state.count))
+            finished = [row for row in range(slots) if owner[row] is not None and done[row]]
+            if not finished:
+                continue
+            tokens, letters = jax.device_get((state.tokens, state.letters))
+            for row in finished:
+                row_tokens = tokens[row, :count[row]]
+                stops = [i for i, t in enumerate(row_tokens.tolist()) if t in stop_set]
+                end = stops[0] if stops else len(row_tokens)
+                results[owner[row]] = Generation(row_tokens[:end].astype(np.int32),
+                                                 np.asarray(letters[row, :end], np.float32), bool(stops))
+                owner[row] = None
+                bar.update(1)
+                if queue:
+                    cache, state = fill(row, cache, state)
+            if not queue and all(o is None for o in owner):
+                break
+            # Finished rows with nothing left to admit stay inactive (their writes are never read).
+            if not queue:
+                state = dataclasses.replace(state, active=jnp.asarray([o is not None for o in owner]))
+    bar.close()
+    return results
+
+
+MEMORY_FRACTION = 0.9  # of the device's limit: XLA's own workspace and fragmentation take the rest
+FALLBACK_SLOTS = 4  # when neither the device nor the caller states a memory size (e.g. the CPU backend)
+MAX_SLOTS = 256
+
+
+def device_memory_bytes(device=None) -> int | None:
+    """``memory_stats()["bytes_limit"]`` of ``device`` (default: the first), None where the backend has none."""
+    device = device or jax.devices()[0]
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - backends without allocator stats raise various errors
+        return None
+    return int(stats["bytes_limit"]) if stats and "bytes_limit" in stats else None
+
+
+def memory_plan(model, columns: int, memory_bytes: int) -> dict:
+    """Byte budget of a slot pool of ``columns`` cache columns per slot on ``memory_bytes`` of memory.
+
+    weights (every parameter as stored) + prefill (one prompt of ``columns`` tokens at most: its own cache
+    plus the layer activations it keeps live, ~ (4 hidden + 3 intermediate + q/k/v width) values per token)
+    + admission (a rewritten row: twice one slot's cache) + per slot (its cache columns, the position and
+    segment ids, and the fp32 logits of a step) -> ``slots``.
+    """
+    from flax import nnx
+
+    cfg = model.config
+    item = np.dtype(cfg.compute_dtype).itemsize
+    weights = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    per_column = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * item + 8
+    width = 4 * cfg.hidden_size + 3 * cfg.intermediate_size + (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
+    prefill = columns * (per_column + width * item)
+    admission = 2 * columns * per_column
+    per_slot = columns * per_column + 3 * 4 * cfg.vocab_size
+    free = int(MEMORY_FRACTION * memory_bytes) - weights - prefill - admission
+    slots = int(max(1, min(MAX_SLOTS, free // per_slot)))
+    return dict(memory_bytes=int(memory_bytes), weights=int(weights), prefill=int(prefill),
+                admission=int(admission), per_slot=int(per_slot), slots=slots, fits=free >= per_slot)
+
+
+def slots_from_memory(model, columns: int, *, memory_bytes: int | None = None) -> int:
+    """Slots of ``columns`` cache columns that fit next to the weights (see :func:`memory_plan`); logged.
+
+    ``memory_bytes`` overrides the device's ``bytes_limit``; with neither, ``FALLBACK_SLOTS``."""
+    limit = memory_bytes or device_memory_bytes()
+    if not limit:
+        logger.info("device reports no memory limit (pass --device-memory-gib): %d slots", FALLBACK_SLOTS)
+        return FALLBACK_SLOTS
+    plan = memory_plan(model, columns, limit)
+    gib = 1 << 30
+    logger.info("GRM slots from memory: %.1f GiB x %.2f - weights %.2f GiB - prefill %.2f GiB - admission %.2f GiB"
+                " -> %d slots of %.3f GiB (%d cache columns)%s", plan["memory_bytes"] / gib, MEMORY_FRACTION,
+                plan["weights"] / gib, plan["prefill"] / gib, plan["admission"] / gib, plan["slots"],
+                plan["per_slot"] / gib, columns, "" if plan["fits"] else " (does not fit: trying one slot)")
+    return plan["slots"]

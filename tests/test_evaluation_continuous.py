@@ -1,0 +1,77 @@
+"""Continuous batching (slot refilling) for GRM greedy generation vs transformers ``generate`` (fp32, tiny
+random Qwen3), and the memory-based slot count."""
+
+import shutil
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from longrm_jax import load_pretrained  # noqa: E402
+from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR  # noqa: E402
+from longrm_jax.evaluation.continuous import memory_plan, slots_from_memory  # noqa: E402
+from longrm_jax.evaluation.generation import GreedyGenerator  # noqa: E402
+from longrm_jax.hf.testing import make_tiny_checkpoint  # noqa: E402
+
+VOCAB = 650
+NEW_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def causal_lm(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ckpt") / "qwen3_grm"
+    ref = make_tiny_checkpoint(path, "qwen3", head="causal_lm", vocab_size=VOCAB, pad_token_id=0, kv_heads=2)
+    for item in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(f"{TINY_TOKENIZER_DIR}/{item}", path / item)
+    return path, ref
+
+
+def _hf_greedy(ref, prompt):
+    with torch.no_grad():
+        out = ref.generate(torch.tensor(prompt[None].astype(np.int64)), max_new_tokens=NEW_TOKENS, do_sample=False,
+                           eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].numpy()
+
+
+def test_continuous_matches_generate_with_refills(causal_lm):
+    """9 prompts of mixed lengths (two buckets) on 3 slots; stop ids picked from the reference continuations
+    so that rows stop at different steps (one at its very first token) while others run to the budget."""
+    path, ref = causal_lm
+    model = load_pretrained(path, dtype="float32")
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(5, VOCAB, n).astype(np.int32) for n in (41, 9, 100, 17, 150, 3, 64, 130, 25)]
+    references = [_hf_greedy(ref, p) for p in prompts]
+    stops = {int(references[0][5]), int(references[3][0]), int(references[4][11])}
+    expected = []
+    for theirs in references:
+        cut = [i for i, t in enumerate(theirs.tolist()) if t in stops]
+        expected.append((theirs[: cut[0]] if cut else theirs, bool(cut)))
+    lengths = {len(e[0]) for e in expected}
+    assert 0 in lengths and NEW_TOKENS in lengths and len(lengths) >= 3  # the mix the test is about
+
+    for chunk in (3,):  # 3 steps per call: refills land mid-chunk and at chunk ends
+        generator = GreedyGenerator(model, pad_id=0, stop_ids=sorted(stops), max_new_tokens=NEW_TOKENS,
+                                    letter_ids=[37, 38], batch_size=3, continuous=True, decode_chunk=chunk)
+        outs = generator.generate(prompts, progress=False)
+        for index, (out, (tokens, stopped)) in enumerate(zip(outs, expected)):
+            np.testing.assert_array_equal(out.tokens, tokens, err_msg=f"prompt {index}, chunk {chunk}")
+            assert out.stopped == stopped
+            assert out.letter_logprobs.shape == (len(tokens), 2)
+
+    static = GreedyGenerator(model, pad_id=0, stop_ids=sorted(stops), max_new_tokens=NEW_TOKENS,
+                             letter_ids=[37, 38], batch_size=4).generate(prompts, progress=False)
+    for ours, theirs in zip(outs, static):  # letter log-probs agree with the static path's
+        np.testing.assert_allclose(ours.letter_logprobs, theirs.letter_logprobs, rtol=1e-4, atol=1e-5)
+
+
+def test_slots_from_memory(causal_lm):
+    path, _ = causal_lm
+    model = load_pretrained(path, dtype="float32")
+    plan = memory_plan(model, 1000, 1 << 30)
+    assert plan["fits"] and plan["slots"] > 1
+    more = memory_plan(model, 1000, 2 << 30)
+    assert more["slots"] >= plan["slots"]
+    assert memory_plan(model, 1000, plan["weights"])["slots"] == 1  # nothing left: one slot, flagged
+    assert not memory_plan(model, 1000, plan["weights"])["fits"]
+    assert slots_from_memory(model, 1000, memory_bytes=1 << 30) == plan["slots"]
