@@ -68,12 +68,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--both-orders", action="store_true",
                         help="also judge the swapped order (pairwise) / every cyclic rotation (Best-of-N) and "
                              "report position-bias agreement in results.json")
-    parser.add_argument("--batch-size", type=int, default=4,
-                        help="maximum rows per model call, reduced for long buckets by --max-batch-tokens "
-                             "(default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="DisRM and static GRM batches: maximum rows per model call, reduced for long buckets "
+                             "by --max-batch-tokens (default 4). GRM continuous batching: the number of slots "
+                             "(default: as many as the device's memory holds next to the weights, logged)")
     parser.add_argument("--max-batch-tokens", type=int, default=131_072,
-                        help="cap on rows x padded length per call; GRM counts prompt + --max-new-tokens "
-                             "(default: %(default)s)")
+                        help="DisRM and static GRM batches: cap on rows x padded length per call; GRM counts "
+                             "prompt + --max-new-tokens (default: %(default)s)")
+    parser.add_argument("--static-batches", action="store_true",
+                        help="GRM: static length-bucket batches, each decoded until its last row is done, "
+                             "instead of continuous batching (a finished row refilled with the next prompt; "
+                             "one device only: a multi-device mesh always runs static batches)")
+    parser.add_argument("--decode-chunk", type=int, default=16,
+                        help="GRM continuous batching: decode steps per host round trip (a call returns early "
+                             "when a row finishes and prompts wait) (default: %(default)s)")
+    parser.add_argument("--device-memory-gib", type=float, default=None,
+                        help="GRM continuous batching: memory to size the slot pool by, instead of the device's "
+                             "reported limit (memory_stats bytes_limit)")
     parser.add_argument("--mesh", type=parse_mesh, default=None,
                         help="device mesh, e.g. data=1,fsdp=8 or fsdp=2,seq=4 (seq > 1: ring attention over "
                              "the sequence). Default: one device")
@@ -167,6 +178,8 @@ def _evaluate(argv: Sequence[str]) -> int:
         model_path=args.model_path, data_path=args.data_path, save_path=args.save_path, is_disrm=args.is_disrm,
         tasks=args.tasks, max_new_tokens=args.max_new_tokens, both_orders=args.both_orders,
         batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, mesh=args.mesh,
+        static_batches=args.static_batches, decode_chunk=args.decode_chunk,
+        device_memory_gib=args.device_memory_gib,
         max_length=None if args.no_truncate else args.max_length, seed=args.seed, dtype=args.dtype,
         limit=args.limit, share_prompt=args.share_prompt, resume=args.resume, progress=not args.no_progress,
         task_types=args.task_types, longform_protocol=args.longform_protocol, chat_template=args.chat_template,

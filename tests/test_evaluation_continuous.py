@@ -75,3 +75,38 @@ def test_slots_from_memory(causal_lm):
     assert memory_plan(model, 1000, plan["weights"])["slots"] == 1  # nothing left: one slot, flagged
     assert not memory_plan(model, 1000, plan["weights"])["fits"]
     assert slots_from_memory(model, 1000, memory_bytes=1 << 30) == plan["slots"]
+
+
+def test_evaluate_results_equal_batch_one_run(tmp_path):
+    """``python -m longrm_jax.evaluate`` with continuous batching (3 slots, 2 steps per call) writes the
+    results.csv and judgements of a static batch-1 run. A third of the vocabulary is made a stop id
+    (generation_config.json) so that judgements end at different steps."""
+    import csv
+    import json
+
+    from longrm_jax import evaluate
+    from longrm_jax.data.synthetic import write_long_rewardbench
+
+    model = tmp_path / "grm"
+    make_tiny_checkpoint(model, "qwen3", head="causal_lm", vocab_size=VOCAB, pad_token_id=0, kv_heads=2, layers=1)
+    for item in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(f"{TINY_TOKENIZER_DIR}/{item}", model / item)
+    (model / "generation_config.json").write_text(json.dumps({"eos_token_id": list(range(3, VOCAB, 3))}))
+    data = tmp_path / "bench"
+    write_long_rewardbench(str(data), per_task=4, seed=0, lengths=(48, 96), tasks=("LongQA", "Code"),
+                           bon_fraction=0.5)
+    runs = {"batch1": ["--static-batches", "--batch-size", "1"],
+            "continuous": ["--batch-size", "3", "--decode-chunk", "2"]}
+    outputs = {}
+    for name, flags in runs.items():
+        save = tmp_path / name
+        assert evaluate.main(["--model-path", str(model), "--data-path", str(data), "--save-path", str(save),
+                              "--dtype", "float32", "--max-new-tokens", "12", "--no-progress", *flags]) == 0
+        with open(save / "results.csv") as handle:
+            rows = list(csv.reader(handle))
+        judged = [{k: p[k] for k in ("id", "output", "generated_tokens", "stopped", "answer_scores")}
+                  for p in map(json.loads, (save / "predictions.jsonl").read_text().splitlines())]
+        outputs[name] = rows, judged
+    assert outputs["continuous"] == outputs["batch1"]
+    counts = {j["generated_tokens"] for j in outputs["batch1"][1]}
+    assert len(counts) >= 3, counts  # rows stopped at different steps

@@ -122,8 +122,7 @@ def pointwise_prediction(sample: EvalSample, outputs: Sequence[str], num_tokens:
 
 def run_pointwise_grm(cfg, samples: list[EvalSample], model, tokenizer, mesh) -> list[dict]:
     """Judge every answer of every Long-form sample on its own (greedy, ``cfg.max_new_tokens``)."""
-    from longrm_jax.evaluation.encoding import stop_token_ids
-    from longrm_jax.evaluation.generation import GreedyGenerator
+    from longrm_jax.evaluation.runner import make_generator
 
     if any(s.benchmark != LONG_FORM for s in samples):
         raise ValueError("the pointwise protocol is for Long-form RewardBench records")
@@ -134,10 +133,7 @@ def run_pointwise_grm(cfg, samples: list[EvalSample], model, tokenizer, mesh) ->
             prompts.append(ids)
             owners.append(s_index)
             cuts.append(cut)
-    generator = GreedyGenerator(
-        model, pad_id=tokenizer.pad_id, stop_ids=stop_token_ids(cfg.model_path, tokenizer),
-        max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, max_batch_tokens=cfg.max_batch_tokens,
-        mesh=mesh)
+    generator = make_generator(cfg, model, tokenizer, mesh)
     generations = generator.generate(prompts, progress=cfg.progress)
     texts = [tokenizer.hf.decode(g.tokens.tolist(), skip_special_tokens=True) for g in generations]
     predictions = []

@@ -63,8 +63,11 @@ class EvalConfig:
     tasks: Sequence[str] | None = None
     max_new_tokens: int = 2048
     both_orders: bool = False
-    batch_size: int = 4
-    max_batch_tokens: int | None = 131_072
+    batch_size: int | None = None  # None: DisRM 4 rows; GRM slots from the device's memory
+    max_batch_tokens: int | None = 131_072  # DisRM and static GRM batches
+    static_batches: bool = False  # GRM: static length-bucket batches instead of continuous batching
+    decode_chunk: int = 16  # GRM continuous batching: decode steps per host round trip
+    device_memory_gib: float | None = None  # GRM: memory to size the slot pool by (default: the device's)
     mesh: dict[str, int] | None = None
     max_length: int | None = UPSTREAM_MAX_LENGTH  # None: no truncation
     seed: int = DEFAULT_SEED
@@ -163,7 +166,7 @@ def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh
     else:
         if cfg.share_prompt:
             logger.warning("--share-prompt needs a single device; scoring every sequence whole")
-        scorer = DisRMScorer(model, pad_id, batch_size=cfg.batch_size, max_batch_tokens=cfg.max_batch_tokens,
+        scorer = DisRMScorer(model, pad_id, batch_size=cfg.batch_size or 4, max_batch_tokens=cfg.max_batch_tokens,
                              mesh=mesh)
         scores = scorer.score(sequences, progress=cfg.progress)
     predictions = []
@@ -175,9 +178,19 @@ def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh
     return predictions
 
 
-def run_grm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh) -> list[dict]:
+def make_generator(cfg: EvalConfig, model, tokenizer, mesh, letter_ids=()):
+    """The GRM generator of ``cfg``: continuous batching unless ``static_batches`` (or a multi-device mesh)."""
     from longrm_jax.evaluation.generation import GreedyGenerator
 
+    memory = int(cfg.device_memory_gib * (1 << 30)) if cfg.device_memory_gib else None
+    return GreedyGenerator(
+        model, pad_id=tokenizer.pad_id, stop_ids=stop_token_ids(cfg.model_path, tokenizer),
+        max_new_tokens=cfg.max_new_tokens, letter_ids=letter_ids, batch_size=cfg.batch_size,
+        max_batch_tokens=cfg.max_batch_tokens, mesh=mesh, continuous=not cfg.static_batches,
+        decode_chunk=cfg.decode_chunk, memory_bytes=memory)
+
+
+def run_grm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh) -> list[dict]:
     prompts, owners, cuts = [], [], []
     for s_index, sample in enumerate(_progress(samples, cfg, "building judge prompts")):
         for order in judged_orders(sample, cfg.both_orders):
@@ -186,10 +199,7 @@ def run_grm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh) 
             owners.append((s_index, order))
             cuts.append(cut)
     letter_ids = verdict_letter_token_ids(tokenizer, max(len(s.answers) for s in samples))
-    generator = GreedyGenerator(
-        model, pad_id=tokenizer.pad_id, stop_ids=stop_token_ids(cfg.model_path, tokenizer),
-        max_new_tokens=cfg.max_new_tokens, letter_ids=letter_ids, batch_size=cfg.batch_size,
-        max_batch_tokens=cfg.max_batch_tokens, mesh=mesh)
+    generator = make_generator(cfg, model, tokenizer, mesh, letter_ids)
     generations = generator.generate(prompts, progress=cfg.progress)
     grouped: dict[int, list[int]] = {}
     for p_index, (s_index, _) in enumerate(owners):
