@@ -45,12 +45,14 @@ class SlotState:
     """Per-slot decoding state (device arrays, ``R`` slots).
 
     token [R]: last emitted token (fed at the next step); position [R]: its position; count [R]: tokens
-    generated so far (the first comes from the prefill); done [R]: stop token emitted or budget reached;
+    generated so far (the first comes from the prefill); budget [R]: most tokens this row may generate
+    (``max_new`` unless the caller gives per-prompt budgets); done [R]: stop token emitted or budget reached;
     active [R]: the slot holds a prompt; tokens [R, max_new]; letters [R, max_new, num_letters]."""
 
     token: jax.Array
     position: jax.Array
     count: jax.Array
+    budget: jax.Array
     done: jax.Array
     active: jax.Array
     tokens: jax.Array
@@ -59,14 +61,14 @@ class SlotState:
 
 def empty_state(slots: int, max_new: int, num_letters: int, pad_id: int) -> SlotState:
     zeros = jnp.zeros((slots,), jnp.int32)
-    return SlotState(token=jnp.full((slots,), pad_id, jnp.int32), position=zeros, count=zeros,
+    return SlotState(token=jnp.full((slots,), pad_id, jnp.int32), position=zeros, count=zeros, budget=zeros,
                      done=jnp.ones((slots,), bool), active=jnp.zeros((slots,), bool),
                      tokens=jnp.full((slots, max_new), pad_id, jnp.int32),
                      letters=jnp.zeros((slots, max_new, num_letters), jnp.float32))
 
 
-def _admit(cache, state: SlotState, prompt_cache, first, first_letters, row, length, stop_ids, *, max_new: int,
-           pad_id: int):
+def _admit(cache, state: SlotState, prompt_cache, first, first_letters, row, length, budget, stop_ids, *,
+           max_new: int, pad_id: int):
     """Put a prefilled prompt (batch-1 ``prompt_cache`` of P columns, ``length`` real tokens) into slot ``row``.
 
     Its P columns land at ring columns ``[c - length, c - length + P) mod S`` (``c`` = the write pointer), the
@@ -94,10 +96,11 @@ def _admit(cache, state: SlotState, prompt_cache, first, first_letters, row, len
         positions=jax.lax.dynamic_update_slice(cache.positions, pos_row, (row, zero)),
         segment_ids=jax.lax.dynamic_update_slice(cache.segment_ids, seg_row, (row, zero)))
     first = first[0]
-    done = jnp.isin(first, stop_ids) | (max_new <= 1)
+    done = jnp.isin(first, stop_ids) | (budget <= 1)
     state = SlotState(
         token=state.token.at[row].set(first), position=state.position.at[row].set(length),
-        count=state.count.at[row].set(1), done=state.done.at[row].set(done),
+        count=state.count.at[row].set(1), budget=state.budget.at[row].set(budget),
+        done=state.done.at[row].set(done),
         active=state.active.at[row].set(True),
         tokens=state.tokens.at[row].set(jnp.full((max_new,), pad_id, jnp.int32).at[0].set(first)),
         letters=state.letters.at[row].set(jnp.zeros_like(state.letters[0]).at[0].set(first_letters[0])))
@@ -136,9 +139,9 @@ def _decode_chunk(model, cache, state: SlotState, stop_ids, letter_ids, stop_on_
         tokens = s.tokens.at[rows, at].set(nxt, mode="drop")
         letters = s.letters.at[rows, at].set(letter_logprobs(logits[:, 0], letter_ids), mode="drop")
         count = s.count + live
-        done = s.done | (live & (jnp.isin(nxt, stop_ids) | (count >= max_new)))
-        s = SlotState(token=jnp.where(live, nxt, pad_id), position=s.position + live, count=count, done=done,
-                      active=s.active, tokens=tokens, letters=letters)
+        done = s.done | (live & (jnp.isin(nxt, stop_ids) | (count >= s.budget)))
+        s = SlotState(token=jnp.where(live, nxt, pad_id), position=s.position + live, count=count,
+                      budget=s.budget, done=done, active=s.active, tokens=tokens, letters=letters)
         return step + 1, cache, s
 
     step, cache, state = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), cache, state))
@@ -157,9 +160,16 @@ def _jitted(chunk: int, max_new: int, pad_id: int, donate: bool):
 
 
 def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, chunk: int, progress: bool,
-                        desc: str):
+                        desc: str, budgets: Sequence[int] | None = None, timings: dict | None = None):
     """Greedy continuations of ``prompts`` with slot refilling; ``generator`` is the calling
-    ``GreedyGenerator`` (model, ids, prefill), ``slots_for(total_columns)`` the slot count of a pool."""
+    ``GreedyGenerator`` (model, ids, prefill), ``slots_for(total_columns)`` the slot count of a pool.
+
+    ``budgets``: per-prompt token budgets (each <= ``max_new_tokens``; default all ``max_new_tokens``).
+    ``timings``: a dict that receives seconds and token counts per phase (``compile_s``: first calls of
+    each shape, which compile; ``prefill_s``, ``decode_s``; ``prefill_tokens``, ``decode_tokens``,
+    ``decode_calls``); timing synchronises with the device once per call, as the loop does anyway."""
+    import time
+
     from tqdm.auto import tqdm
 
     from longrm_jax.evaluation.generation import Generation
@@ -170,12 +180,30 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
     stop_set = set(np.asarray(generator.stop_ids).tolist())
     num_letters = int(generator.letter_ids.shape[0])
     results: list = [None] * len(prompts)
+    clock = {"compile_s": 0.0, "prefill_s": 0.0, "decode_s": 0.0, "prefill_tokens": 0, "decode_tokens": 0,
+             "decode_calls": 0}
+    if budgets is None:
+        budgets = [max_new] * len(prompts)
+    if len(budgets) != len(prompts) or any(not 1 <= int(b) <= max_new for b in budgets):
+        raise ValueError(f"budgets must be one per prompt, each in [1, {max_new}]")
     if not prompts:
         return results
     buckets = bucket_lengths(max(len(p) for p in prompts))
     pools: dict[int, list[int]] = {}
     for index in sorted(range(len(prompts)), key=lambda i: -len(prompts[i])):
         pools.setdefault(pick_bucket(len(prompts[index]), buckets), []).append(index)
+    compiled: set = set()
+
+    def timed(kind: str, key, fn, *args):
+        """Run ``fn`` to completion; its seconds go to ``kind``, or to compile on the first call of ``key``."""
+        begin = time.perf_counter()
+        out = fn(*args)
+        jax.block_until_ready(out)
+        spent = time.perf_counter() - begin
+        clock["compile_s" if key not in compiled else kind] += spent
+        compiled.add(key)
+        return out
+
     bar = tqdm(total=len(prompts), unit="prompt", desc=desc, disable=not progress)
     for bucket in sorted(pools, reverse=True):
         queue = deque(pools[bucket])
@@ -193,19 +221,25 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
             ids = np.full((1, bucket), pad_id, np.int32)
             ids[0, :len(seq)] = seq
             positions = np.where(np.arange(bucket) < len(seq), np.arange(bucket), PAD_POSITION)[None].astype(np.int32)
-            prompt_cache, first, letters = prefill(generator.model, ids, positions,
-                                                   np.array([len(seq) - 1], np.int32), generator.letter_ids)
-            cache, state = admit(cache, state, prompt_cache, first, letters, np.int32(row), np.int32(len(seq)),
+            prompt_cache, first, letters = timed(
+                "prefill_s", ("prefill", bucket), prefill, generator.model, ids, positions,
+                np.array([len(seq) - 1], np.int32), generator.letter_ids)
+            cache, state = timed("prefill_s", ("admit", bucket, slots), admit, cache, state, prompt_cache, first,
+                                 letters, np.int32(row), np.int32(len(seq)), np.int32(budgets[item]),
                                  generator.stop_ids)
+            clock["prefill_tokens"] += len(seq)
             owner[row] = item
             return cache, state
 
         for row in range(slots):
             cache, state = fill(row, cache, state)
         while any(o is not None for o in owner):
-            cache, state, _ = decode(generator.model, cache, state, generator.stop_ids, generator.letter_ids,
-                                     np.bool_(bool(queue)))
+            before = int(np.sum(jax.device_get(state.count)[[o is not None for o in owner]]))
+            cache, state, _ = timed("decode_s", ("decode", bucket, slots), decode, generator.model, cache, state,
+                                    generator.stop_ids, generator.letter_ids, np.bool_(bool(queue)))
+            clock["decode_calls"] += 1
             done, count = jax.device_get((state.done, state.count))
+            clock["decode_tokens"] += int(np.sum(count[[o is not None for o in owner]])) - before
             finished = [row for row in range(slots) if owner[row] is not None and done[row]]
             if not finished:
                 continue
@@ -220,12 +254,13 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
                 bar.update(1)
                 if queue:
                     cache, state = fill(row, cache, state)
-            if not queue and all(o is None for o in owner):
-                break
             # Finished rows with nothing left to admit stay inactive (their writes are never read).
             if not queue:
                 state = dataclasses.replace(state, active=jnp.asarray([o is not None for o in owner]))
     bar.close()
+    if timings is not None:
+        for key, value in clock.items():
+            timings[key] = timings.get(key, 0) + value
     return results
 
 

@@ -166,6 +166,7 @@ class GreedyGenerator:
             raise ValueError(f"decode_chunk must be >= 1, got {decode_chunk}")
         self.decode_chunk = int(decode_chunk)
         self.memory_bytes = memory_bytes
+        self.timings: dict = {}
         _, self.seq_size = mesh_sizes(mesh)
         self._decode = _jitted_decode(self.max_new_tokens, self.pad_id, jax.default_backend() != "cpu")
 
@@ -186,9 +187,12 @@ class GreedyGenerator:
             last = np.argsort(perm)[last]
         return ids, positions, last.astype(np.int32)
 
-    def generate(self, prompts: Sequence[np.ndarray], progress: bool = True, desc: str = "GRM generation"
-                 ) -> list[Generation]:
-        """Greedy continuations of ``prompts`` (int32 id arrays), in the given order."""
+    def generate(self, prompts: Sequence[np.ndarray], progress: bool = True, desc: str = "GRM generation",
+                 budgets: Sequence[int] | None = None) -> list[Generation]:
+        """Greedy continuations of ``prompts`` (int32 id arrays), in the given order.
+
+        ``budgets``: per-prompt token budgets (<= ``max_new_tokens``; continuous batching only), e.g. the
+        benchmark's simulated judgement lengths. Phase timings accumulate in ``self.timings``."""
         from tqdm.auto import tqdm
 
         if self.continuous:
@@ -200,7 +204,9 @@ class GreedyGenerator:
                 return slots_from_memory(self.model, columns, memory_bytes=self.memory_bytes)
 
             return continuous_generate(self, prompts, slots_for=slots_for, chunk=self.decode_chunk,
-                                       progress=progress, desc=desc)
+                                       progress=progress, desc=desc, budgets=budgets, timings=self.timings)
+        if budgets is not None:
+            raise ValueError("per-prompt budgets need continuous batching (one device, no --static-batches)")
 
         row_multiple, _ = mesh_sizes(self.mesh)
         length_multiple = 2 * self.seq_size if self.seq_size > 1 else 1
