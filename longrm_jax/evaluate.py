@@ -88,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mesh", type=parse_mesh, default=None,
                         help="device mesh, e.g. data=1,fsdp=8 or fsdp=2,seq=4 (seq > 1: ring attention over "
                              "the sequence). Default: one device")
+    parser.add_argument("--simulate-judgement-lengths", action="store_true",
+                        help="benchmarking random-weight models only: end each judgement after a deterministic "
+                             "per-prompt number of tokens drawn like real judgement lengths (a random model "
+                             "never writes EOS; see longrm_jax.evaluation.simulated_lengths). The verdicts are "
+                             "then meaningless")
     parser.add_argument("--max-length", type=int, default=UPSTREAM_MAX_LENGTH,
                         help="middle truncation: a sequence of this many tokens or more keeps its first "
                              "max/2 and last max/2-5 tokens (default and upstream: %(default)s)")
@@ -179,7 +184,7 @@ def _evaluate(argv: Sequence[str]) -> int:
         tasks=args.tasks, max_new_tokens=args.max_new_tokens, both_orders=args.both_orders,
         batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, mesh=args.mesh,
         static_batches=args.static_batches, decode_chunk=args.decode_chunk,
-        device_memory_gib=args.device_memory_gib,
+        device_memory_gib=args.device_memory_gib, simulate_judgement_lengths=args.simulate_judgement_lengths,
         max_length=None if args.no_truncate else args.max_length, seed=args.seed, dtype=args.dtype,
         limit=args.limit, share_prompt=args.share_prompt, resume=args.resume, progress=not args.no_progress,
         task_types=args.task_types, longform_protocol=args.longform_protocol, chat_template=args.chat_template,

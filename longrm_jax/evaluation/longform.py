@@ -122,7 +122,7 @@ def pointwise_prediction(sample: EvalSample, outputs: Sequence[str], num_tokens:
 
 def run_pointwise_grm(cfg, samples: list[EvalSample], model, tokenizer, mesh) -> list[dict]:
     """Judge every answer of every Long-form sample on its own (greedy, ``cfg.max_new_tokens``)."""
-    from longrm_jax.evaluation.runner import make_generator
+    from longrm_jax.evaluation.runner import add_timings, make_generator, simulated_budgets
 
     if any(s.benchmark != LONG_FORM for s in samples):
         raise ValueError("the pointwise protocol is for Long-form RewardBench records")
@@ -134,7 +134,8 @@ def run_pointwise_grm(cfg, samples: list[EvalSample], model, tokenizer, mesh) ->
             owners.append(s_index)
             cuts.append(cut)
     generator = make_generator(cfg, model, tokenizer, mesh)
-    generations = generator.generate(prompts, progress=cfg.progress)
+    generations = generator.generate(prompts, progress=cfg.progress, budgets=simulated_budgets(cfg, prompts))
+    add_timings(cfg, generator.timings)
     texts = [tokenizer.hf.decode(g.tokens.tolist(), skip_special_tokens=True) for g in generations]
     predictions = []
     for s_index, sample in enumerate(samples):

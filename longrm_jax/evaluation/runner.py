@@ -68,6 +68,7 @@ class EvalConfig:
     static_batches: bool = False  # GRM: static length-bucket batches instead of continuous batching
     decode_chunk: int = 16  # GRM continuous batching: decode steps per host round trip
     device_memory_gib: float | None = None  # GRM: memory to size the slot pool by (default: the device's)
+    simulate_judgement_lengths: bool = False  # benchmarks: per-prompt budgets (evaluation.simulated_lengths)
     mesh: dict[str, int] | None = None
     max_length: int | None = UPSTREAM_MAX_LENGTH  # None: no truncation
     seed: int = DEFAULT_SEED
@@ -79,6 +80,7 @@ class EvalConfig:
     task_types: Sequence[str] | None = None  # e.g. ("PairWise",): evaluate only those Long-RewardBench samples
     longform_protocol: str = "pointwise"  # GRM on Long-form files: "pointwise" (each response alone) or "joint"
     chat_template: str | None = None  # Jinja template file replacing (or supplying) the tokenizer's
+    timings: dict = dataclasses.field(default_factory=dict)  # filled by the run: phase seconds, token counts
 
     def resolved_save_path(self) -> str:
         if self.save_path:
@@ -190,6 +192,21 @@ def make_generator(cfg: EvalConfig, model, tokenizer, mesh, letter_ids=()):
         decode_chunk=cfg.decode_chunk, memory_bytes=memory)
 
 
+def simulated_budgets(cfg: EvalConfig, prompts) -> list[int] | None:
+    """Per-prompt budgets when ``cfg.simulate_judgement_lengths`` (benchmarks of random-weight models)."""
+    if not cfg.simulate_judgement_lengths:
+        return None
+    from longrm_jax.evaluation.simulated_lengths import judgement_lengths
+
+    return judgement_lengths(prompts, cfg.max_new_tokens)
+
+
+def add_timings(cfg: EvalConfig, timings: dict) -> None:
+    """Accumulate phase seconds / token counts of this run (reported under ``timings`` in results.json)."""
+    for key, value in timings.items():
+        cfg.timings[key] = cfg.timings.get(key, 0) + value
+
+
 def run_grm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh) -> list[dict]:
     prompts, owners, cuts = [], [], []
     for s_index, sample in enumerate(_progress(samples, cfg, "building judge prompts")):
@@ -200,7 +217,8 @@ def run_grm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh) 
             cuts.append(cut)
     letter_ids = verdict_letter_token_ids(tokenizer, max(len(s.answers) for s in samples))
     generator = make_generator(cfg, model, tokenizer, mesh, letter_ids)
-    generations = generator.generate(prompts, progress=cfg.progress)
+    generations = generator.generate(prompts, progress=cfg.progress, budgets=simulated_budgets(cfg, prompts))
+    add_timings(cfg, generator.timings)
     grouped: dict[int, list[int]] = {}
     for p_index, (s_index, _) in enumerate(owners):
         grouped.setdefault(s_index, []).append(p_index)
@@ -320,7 +338,7 @@ def result_settings(cfg: EvalConfig) -> dict:
             "max_new_tokens": cfg.max_new_tokens, "both_orders": cfg.both_orders, "max_length": cfg.max_length,
             "dtype": cfg.dtype, "limit": cfg.limit, "mesh": cfg.mesh, "share_prompt": cfg.share_prompt,
             "task_types": list(cfg.task_types or []), "longform_protocol": cfg.longform_protocol,
-            "chat_template": cfg.chat_template}
+            "chat_template": cfg.chat_template, "simulate_judgement_lengths": cfg.simulate_judgement_lengths}
 
 
 class PartialResults:
@@ -392,21 +410,31 @@ def run_evaluation(cfg: EvalConfig) -> dict:
             predictions += done
             continue
         if model is None:  # loaded only when some task file still needs the model
+            begin = time.time()
             mesh = build_mesh(cfg.mesh)
             model = load_model(cfg, mesh)
+            add_timings(cfg, {"load_s": time.time() - begin})
+        begin = time.time()
         if cfg.is_disrm:
             done = run_disrm(cfg, group, model, disrm_tokenizer, mesh)
         elif group[0].benchmark == LONG_FORM and cfg.longform_protocol == "pointwise":
             done = longform.run_pointwise_grm(cfg, group, model, grm_tokenizer, mesh)
         else:
             done = run_grm(cfg, group, model, grm_tokenizer, mesh)
+        add_timings(cfg, {"judging_s": time.time() - begin})
         partial.save(path, done)
         predictions += done
     # results.csv lists the evaluated tasks in evaluation order (upstream: its task list, default all 7).
+    begin = time.time()
     tasks = list(dict.fromkeys(s.task for s in samples if s.benchmark != LONG_FORM))
     summary = summarize(predictions, tasks)
-    settings = {k: v for k, v in dataclasses.asdict(cfg).items()}
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "timings"}
     settings.update(model_type="Discriminative RM" if cfg.is_disrm else "Generative RM",
                     seconds=round(time.time() - started, 1))
+    summary["timings"] = cfg.timings  # written below; aggregation_s covers summarising and writing
     write_outputs(cfg.resolved_save_path(), predictions, summary, settings)
+    cfg.timings["aggregation_s"] = time.time() - begin
+    cfg.timings["total_s"] = time.time() - started
+    with open(os.path.join(cfg.resolved_save_path(), "timings.json"), "w") as handle:
+        json.dump(cfg.timings, handle, indent=2)
     return summary
