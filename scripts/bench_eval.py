@@ -34,6 +34,7 @@ import sys
 import time
 
 import _bench
+import bench_benchmark  # the --benchmark mode (scripts/bench_benchmark.py)
 
 ROOT = _bench.REPO_ROOT
 RESULT_TAG = "BENCH_RESULT "
@@ -344,9 +345,15 @@ def main(argv=None) -> int:
                    help="decode without the GPU decode XLA flags (by default its subprocess gets them, as "
                         "`python -m longrm_jax.evaluate` does for GRM runs; DisRM parts never do)")
     p.add_argument("--no-shared", action="store_true", help="skip the --share-prompt DisRM measurement")
+    p.add_argument("--benchmark", action="store_true",
+                   help="whole synthetic Long-RewardBench end to end through `python -m longrm_jax.evaluate`, "
+                        "against the PyTorch peer (scripts/bench_benchmark.py; options below)")
+    bench_benchmark.add_arguments(p)
     p.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)
     p.add_argument("--seq", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.benchmark:
+        return bench_benchmark.main(args, argv)
     if args.smoke:
         args.preset = "tiny_qwen3" if args.preset == "qwen3_8b" else args.preset
     args.lengths = args.lengths or ([256, 512] if args.smoke else [32_768, 131_072])

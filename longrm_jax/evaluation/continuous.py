@@ -149,6 +149,10 @@ def _decode_chunk(model, cache, state: SlotState, stop_ids, letter_ids, stop_on_
     return cache, state, step
 
 
+# Shapes already run in this process (their jitted functions are cached): a first call's time is compile time.
+_SEEN_SHAPES: set = set()
+
+
 @functools.lru_cache(maxsize=None)
 def _jitted(chunk: int, max_new: int, pad_id: int, donate: bool):
     # Donation lets the slot cache be updated in place (the CPU backend does not support it).
@@ -167,7 +171,8 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
     ``budgets``: per-prompt token budgets (each <= ``max_new_tokens``; default all ``max_new_tokens``).
     ``timings``: a dict that receives seconds and token counts per phase (``compile_s``: first calls of
     each shape, which compile; ``prefill_s``, ``decode_s``; ``prefill_tokens``, ``decode_tokens``,
-    ``decode_calls``); timing synchronises with the device once per call, as the loop does anyway."""
+    ``decode_calls``, ``generated_tokens``: stop tokens included); timing synchronises with the device once
+    per call, as the loop does anyway."""
     import time
 
     from tqdm.auto import tqdm
@@ -181,7 +186,7 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
     num_letters = int(generator.letter_ids.shape[0])
     results: list = [None] * len(prompts)
     clock = {"compile_s": 0.0, "prefill_s": 0.0, "decode_s": 0.0, "prefill_tokens": 0, "decode_tokens": 0,
-             "decode_calls": 0}
+             "decode_calls": 0, "generated_tokens": 0}
     if budgets is None:
         budgets = [max_new] * len(prompts)
     if len(budgets) != len(prompts) or any(not 1 <= int(b) <= max_new for b in budgets):
@@ -192,7 +197,7 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
     pools: dict[int, list[int]] = {}
     for index in sorted(range(len(prompts)), key=lambda i: -len(prompts[i])):
         pools.setdefault(pick_bucket(len(prompts[index]), buckets), []).append(index)
-    compiled: set = set()
+    clock_slots = 0
 
     def timed(kind: str, key, fn, *args):
         """Run ``fn`` to completion; its seconds go to ``kind``, or to compile on the first call of ``key``."""
@@ -200,14 +205,16 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
         out = fn(*args)
         jax.block_until_ready(out)
         spent = time.perf_counter() - begin
-        clock["compile_s" if key not in compiled else kind] += spent
-        compiled.add(key)
+        key = (key, chunk, max_new, pad_id)
+        clock["compile_s" if key not in _SEEN_SHAPES else kind] += spent
+        _SEEN_SHAPES.add(key)
         return out
 
     bar = tqdm(total=len(prompts), unit="prompt", desc=desc, disable=not progress)
     for bucket in sorted(pools, reverse=True):
         queue = deque(pools[bucket])
         slots = max(1, min(slots_for(bucket + max_new), len(queue)))
+        clock_slots = max(clock_slots, slots)
         logger.info("continuous batching: %d prompts of <= %d tokens on %d slots of %d cache columns",
                     len(queue), bucket, slots, bucket + max_new)
         cache = generator.model.init_cache(slots, bucket + max_new)
@@ -246,6 +253,7 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
             tokens, letters = jax.device_get((state.tokens, state.letters))
             for row in finished:
                 row_tokens = tokens[row, :count[row]]
+                clock["generated_tokens"] += int(count[row])
                 stops = [i for i, t in enumerate(row_tokens.tolist()) if t in stop_set]
                 end = stops[0] if stops else len(row_tokens)
                 results[owner[row]] = Generation(row_tokens[:end].astype(np.int32),
@@ -261,6 +269,7 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
     if timings is not None:
         for key, value in clock.items():
             timings[key] = timings.get(key, 0) + value
+        timings["max_slots"] = max(timings.get("max_slots", 0), clock_slots)
     return results
 
 

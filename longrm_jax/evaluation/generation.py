@@ -192,9 +192,10 @@ class GreedyGenerator:
         """Greedy continuations of ``prompts`` (int32 id arrays), in the given order.
 
         ``budgets``: per-prompt token budgets (<= ``max_new_tokens``; continuous batching only), e.g. the
-        benchmark's simulated judgement lengths. Phase timings accumulate in ``self.timings``."""
+        benchmark's simulated judgement lengths. This call's phase timings: ``self.timings``."""
         from tqdm.auto import tqdm
 
+        self.timings = {}  # this call's phases (the runner adds up calls)
         if self.continuous:
             from longrm_jax.evaluation.continuous import continuous_generate, slots_from_memory
 
