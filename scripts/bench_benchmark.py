@@ -19,9 +19,9 @@ What runs, each in its own process (one framework's memory never limits the othe
   the rest log-uniform from 128 tokens). Phases (load, compile, prefill, decode, aggregation) come from the
   run's ``timings.json``; wall time is the whole process, imports included.
 * Peer: transformers on the same prompts (built by our encoding code, so only the model execution differs):
-  GRM ``generate`` with SDPA, a static cache and greedy decoding, in static batches of at most as many rows as
-  our slot pool (sorted by length, left-padded), every row stopped at the same simulated length; DisRM the
-  classifier one sequence per forward.
+  GRM ``generate`` with SDPA, a static cache and greedy decoding, in static batches per length bucket of at
+  most as many rows as our slot pool of that bucket had (sorted by length, left-padded), every row stopped at
+  the same simulated length; DisRM the classifier one sequence per forward.
 
 Samples per hour = samples / wall seconds of the evaluating process. Recorded like every benchmark script
 (``scripts/_bench.py``: docs/benchmarks.md unless ``--no-record``; ``--smoke`` only into ``--benchmarks-md``).
@@ -64,6 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--peer-part", choices=("grm", "disrm"), help=argparse.SUPPRESS)
     g.add_argument("--peer-slots", type=int, default=None, help=argparse.SUPPRESS)
     g.add_argument("--peer-model", help=argparse.SUPPRESS)
+    g.add_argument("--peer-slot-plan", help=argparse.SUPPRESS)
     g.add_argument("--peer-data", help=argparse.SUPPRESS)
 
 
@@ -151,7 +152,8 @@ def peer_inputs(args, kind: str, model: str, data: str):
     disrm_tok, grm_tok = load_chat_tokenizers(model)
     if kind == "disrm":
         return samples, [ids for s in samples for ids, _ in disrm_sequences(s, disrm_tok, cfg.max_length)], disrm_tok
-    prompts = [grm_prompt_ids(s, grm_tok, order, cfg.max_length)[0] for s in samples for order in judged_orders(s, False)]
+    prompts = [grm_prompt_ids(s, grm_tok, order, cfg.max_length)[0]
+               for s in samples for order in judged_orders(s, False)]
     return samples, prompts, grm_tok
 
 
@@ -186,7 +188,13 @@ def peer_part(args) -> dict:
         else:
             budgets = judgement_lengths(seqs, args.max_new_tokens)
             stops = stop_token_ids(model_dir, tokenizer)
-            for batch in plan_batches([len(s) for s in seqs], max_rows=args.peer_slots or 4):
+            plan = json.loads(args.peer_slot_plan or "{}")  # bucket -> rows, as our slot pools had
+            batches = []
+            for bucket_batch in plan_batches([len(s) for s in seqs], max_rows=len(seqs)):  # one per bucket
+                rows = plan.get(str(bucket_batch.length), args.peer_slots or 4)
+                batches += [bucket_batch.items[i:i + rows] for i in range(0, len(bucket_batch.items), rows)]
+            for items in batches:
+                batch = argparse.Namespace(items=items)
                 rows = [seqs[i] for i in batch.items]
                 width = max(len(r) for r in rows)
                 ids = np.zeros((len(rows), width), np.int64)
@@ -214,12 +222,14 @@ def peer_part(args) -> dict:
                 transformers=transformers.__version__)
 
 
-def run_peer(args, kind: str, model: str, data: str, slots: int | None) -> dict:
+def run_peer(args, kind: str, model: str, data: str, slots: int | None, slot_plan: dict | None = None) -> dict:
     cmd = [sys.executable, os.path.abspath(os.path.join(ROOT, "scripts", "bench_eval.py")), "--benchmark",
            "--peer-part", kind, "--peer-model", model, "--peer-data", data,
            "--max-new-tokens", str(args.max_new_tokens)] + (["--smoke"] if args.smoke else [])
     if slots:
         cmd += ["--peer-slots", str(slots)]
+    if slot_plan and not args.batch_size:
+        cmd += ["--peer-slot-plan", json.dumps(slot_plan)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     begin = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)

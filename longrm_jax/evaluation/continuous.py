@@ -171,7 +171,7 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
     ``budgets``: per-prompt token budgets (each <= ``max_new_tokens``; default all ``max_new_tokens``).
     ``timings``: a dict that receives seconds and token counts per phase (``compile_s``: first calls of
     each shape, which compile; ``prefill_s``, ``decode_s``; ``prefill_tokens``, ``decode_tokens``,
-    ``decode_calls``, ``generated_tokens``: stop tokens included); timing synchronises with the device once
+    ``decode_calls``, ``generated_tokens``: stop tokens included; ``slot_plan``: bucket -> slots); timing synchronises with the device once
     per call, as the loop does anyway."""
     import time
 
@@ -198,6 +198,7 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
     for index in sorted(range(len(prompts)), key=lambda i: -len(prompts[i])):
         pools.setdefault(pick_bucket(len(prompts[index]), buckets), []).append(index)
     clock_slots = 0
+    slot_plan: dict[str, int] = {}
 
     def timed(kind: str, key, fn, *args):
         """Run ``fn`` to completion; its seconds go to ``kind``, or to compile on the first call of ``key``."""
@@ -215,6 +216,7 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
         queue = deque(pools[bucket])
         slots = max(1, min(slots_for(bucket + max_new), len(queue)))
         clock_slots = max(clock_slots, slots)
+        slot_plan[str(bucket)] = slots
         logger.info("continuous batching: %d prompts of <= %d tokens on %d slots of %d cache columns",
                     len(queue), bucket, slots, bucket + max_new)
         cache = generator.model.init_cache(slots, bucket + max_new)
@@ -270,6 +272,7 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
         for key, value in clock.items():
             timings[key] = timings.get(key, 0) + value
         timings["max_slots"] = max(timings.get("max_slots", 0), clock_slots)
+        timings["slot_plan"] = {**timings.get("slot_plan", {}), **slot_plan}  # bucket -> slots
     return results
 
 

@@ -203,9 +203,12 @@ def simulated_budgets(cfg: EvalConfig, prompts) -> list[int] | None:
 
 def add_timings(cfg: EvalConfig, timings: dict) -> None:
     """Accumulate phase seconds / token counts of this run (reported under ``timings`` in results.json)."""
-    for key, value in timings.items():  # max_* keys keep the largest value, the others add up
-        merge = max if key.startswith("max_") else (lambda a, b: a + b)
-        cfg.timings[key] = merge(cfg.timings.get(key, 0), value)
+    for key, value in timings.items():  # max_* keys keep the largest value, dicts merge, the others add up
+        if isinstance(value, dict):
+            cfg.timings[key] = {**cfg.timings.get(key, {}), **value}
+        else:
+            merge = max if key.startswith("max_") else (lambda a, b: a + b)
+            cfg.timings[key] = merge(cfg.timings.get(key, 0), value)
 
 
 def run_grm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh) -> list[dict]:

@@ -55,7 +55,8 @@ class KVCache:
     def attention_mask(self, positions_bt: jax.Array, segment_ids_bt: jax.Array, num_new: int) -> jax.Array:
         """[B, T, S] mask for T new queries, after ``write_meta`` for them."""
         del num_new  # kept for callers; written slots are told apart by their nonzero segment ids
-        same_segment = (segment_ids_bt[:, :, None] == self.segment_ids[:, None, :]) & (self.segment_ids[:, None, :] != 0)
+        cached = self.segment_ids[:, None, :]
+        same_segment = (segment_ids_bt[:, :, None] == cached) & (cached != 0)
         not_future = self.positions[:, None, :] <= positions_bt[:, :, None]
         return same_segment & not_future
 
