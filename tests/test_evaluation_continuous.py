@@ -117,3 +117,13 @@ def test_evaluate_results_equal_batch_one_run(tmp_path):
     assert outputs["continuous"] == outputs["batch1"]
     counts = {j["generated_tokens"] for j in outputs["batch1"][1]}
     assert len(counts) >= 3, counts  # rows stopped at different steps
+
+
+def test_evaluate_help_documents_batching_flags(capsys):
+    from longrm_jax import evaluate
+
+    with pytest.raises(SystemExit):
+        evaluate.main(["--help"])
+    text = capsys.readouterr().out
+    for flag in ("--static-batches", "--decode-chunk", "--device-memory-gib", "--simulate-judgement-lengths"):
+        assert flag in text

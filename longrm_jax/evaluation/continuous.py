@@ -214,7 +214,8 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
     bar = tqdm(total=len(prompts), unit="prompt", desc=desc, disable=not progress)
     for bucket in sorted(pools, reverse=True):
         queue = deque(pools[bucket])
-        slots = max(1, min(slots_for(bucket + max_new), len(queue)))
+        # Fewer prompts than slots: a power of two >= their count (bounded shapes, so few compiles per run).
+        slots = max(1, min(slots_for(bucket + max_new), 1 << (len(queue) - 1).bit_length()))
         clock_slots = max(clock_slots, slots)
         slot_plan[str(bucket)] = slots
         logger.info("continuous batching: %d prompts of <= %d tokens on %d slots of %d cache columns",
@@ -243,12 +244,10 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
         for row in range(slots):
             cache, state = fill(row, cache, state)
         while any(o is not None for o in owner):
-            before = int(np.sum(jax.device_get(state.count)[[o is not None for o in owner]]))
             cache, state, _ = timed("decode_s", ("decode", bucket, slots), decode, generator.model, cache, state,
                                     generator.stop_ids, generator.letter_ids, np.bool_(bool(queue)))
             clock["decode_calls"] += 1
             done, count = jax.device_get((state.done, state.count))
-            clock["decode_tokens"] += int(np.sum(count[[o is not None for o in owner]])) - before
             finished = [row for row in range(slots) if owner[row] is not None and done[row]]
             if not finished:
                 continue
@@ -256,6 +255,7 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
             for row in finished:
                 row_tokens = tokens[row, :count[row]]
                 clock["generated_tokens"] += int(count[row])
+                clock["decode_tokens"] += int(count[row]) - 1  # the first token came from the prefill
                 stops = [i for i, t in enumerate(row_tokens.tolist()) if t in stop_set]
                 end = stops[0] if stops else len(row_tokens)
                 results[owner[row]] = Generation(row_tokens[:end].astype(np.int32),
