@@ -66,6 +66,13 @@ def test_continuous_matches_generate_with_refills(causal_lm):
         np.testing.assert_array_equal(out.tokens, tokens[:budget])
     assert generator.timings["decode_tokens"] > 0 and generator.timings["prefill_tokens"] == sum(map(len, prompts))
 
+    # 3 prompts of one bucket, 8 slots allowed: 4 slots (a power of two), one never filled.
+    few = GreedyGenerator(model, pad_id=0, stop_ids=sorted(stops), max_new_tokens=NEW_TOKENS, letter_ids=[37, 38],
+                          batch_size=8, continuous=True, decode_chunk=3).generate(prompts[:2] + prompts[3:4],
+                                                                                  progress=False)
+    for out, (tokens, _) in zip(few, expected[:2] + expected[3:4]):
+        np.testing.assert_array_equal(out.tokens, tokens)
+
     static = GreedyGenerator(model, pad_id=0, stop_ids=sorted(stops), max_new_tokens=NEW_TOKENS,
                              letter_ids=[37, 38], batch_size=4).generate(prompts, progress=False)
     for ours, theirs in zip(outs, static):  # letter log-probs agree with the static path's

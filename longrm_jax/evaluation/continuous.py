@@ -241,7 +241,7 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
             owner[row] = item
             return cache, state
 
-        for row in range(slots):
+        for row in range(min(slots, len(queue))):  # spare slots (power-of-two rounding) stay inactive
             cache, state = fill(row, cache, state)
         while any(o is not None for o in owner):
             cache, state, _ = timed("decode_s", ("decode", bucket, slots), decode, generator.model, cache, state,
