@@ -113,7 +113,7 @@ def _decode_chunk(model, cache, state: SlotState, stop_ids, letter_ids, stop_on_
 
     Stops early when every active row is done, or (``stop_on_finish``: prompts are waiting) when some row
     finished during this call."""
-    from longrm_jax.evaluation.generation import letter_logprobs
+    from longrm_jax.evaluation.decoding import letter_logprobs
 
     total = cache.k.shape[2]
     entry_done = state.done
@@ -177,7 +177,7 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
 
     from tqdm.auto import tqdm
 
-    from longrm_jax.evaluation.generation import Generation
+    from longrm_jax.evaluation.decoding import Generation
 
     max_new = generator.max_new_tokens
     pad_id = generator.pad_id

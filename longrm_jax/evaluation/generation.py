@@ -30,28 +30,13 @@ import numpy as np
 from jax.sharding import Mesh
 
 from longrm_jax.evaluation.batching import PAD_POSITION, pad_rows, plan_batches
+from longrm_jax.evaluation.decoding import Generation, letter_logprobs
 from longrm_jax.evaluation.scoring import mesh_sizes
 from longrm_jax.models.layers import constrain
 from longrm_jax.parallel.placement import place_batch
 from longrm_jax.parallel.zigzag import zigzag_permutation
 
 logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class Generation:
-    """One prompt's greedy continuation (stop token excluded) and per-token verdict-letter log-probs."""
-
-    tokens: np.ndarray  # int32 [n]
-    letter_logprobs: np.ndarray  # float32 [n, num_letters]
-    stopped: bool  # ended by a stop token (False: hit max_new_tokens)
-
-
-def letter_logprobs(logits_bv: jax.Array, letter_ids: jax.Array) -> jax.Array:
-    """[B, num_letters] log-probabilities of the verdict letters (-inf where a letter has no token, id -1)."""
-    logp = jax.nn.log_softmax(logits_bv.astype(jnp.float32), axis=-1)
-    safe = jnp.maximum(letter_ids, 0)
-    return jnp.where(letter_ids[None, :] >= 0, logp[:, safe], -jnp.inf)
 
 
 def _constrain_cache(cache):

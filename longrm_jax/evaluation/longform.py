@@ -122,7 +122,7 @@ def pointwise_prediction(sample: EvalSample, outputs: Sequence[str], num_tokens:
 
 def run_pointwise_grm(cfg, samples: list[EvalSample], model, tokenizer, mesh) -> list[dict]:
     """Judge every answer of every Long-form sample on its own (greedy, ``cfg.max_new_tokens``)."""
-    from longrm_jax.evaluation.runner import add_timings, make_generator, simulated_budgets
+    from longrm_jax.evaluation.grm_generation import add_timings, make_generator, simulated_budgets
 
     if any(s.benchmark != LONG_FORM for s in samples):
         raise ValueError("the pointwise protocol is for Long-form RewardBench records")

@@ -32,9 +32,9 @@ from longrm_jax.evaluation.encoding import (
     disrm_sequences,
     grm_prompt_ids,
     load_chat_tokenizers,
-    stop_token_ids,
     verdict_letter_token_ids,
 )
+from longrm_jax.evaluation.grm_generation import add_timings, make_generator, simulated_budgets
 from longrm_jax.evaluation.judging import disrm_prediction, grm_prediction, judged_orders
 from longrm_jax.evaluation.samples import (
     DEFAULT_SEED,
@@ -178,37 +178,6 @@ def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh
             sample, [float(scores[i]) for i in members], judged_orders(sample, cfg.both_orders),
             [len(sequences[i]) for i in members], [truncated[i] for i in members]))
     return predictions
-
-
-def make_generator(cfg: EvalConfig, model, tokenizer, mesh, letter_ids=()):
-    """The GRM generator of ``cfg``: continuous batching unless ``static_batches`` (or a multi-device mesh)."""
-    from longrm_jax.evaluation.generation import GreedyGenerator
-
-    memory = int(cfg.device_memory_gib * (1 << 30)) if cfg.device_memory_gib else None
-    return GreedyGenerator(
-        model, pad_id=tokenizer.pad_id, stop_ids=stop_token_ids(cfg.model_path, tokenizer),
-        max_new_tokens=cfg.max_new_tokens, letter_ids=letter_ids, batch_size=cfg.batch_size,
-        max_batch_tokens=cfg.max_batch_tokens, mesh=mesh, continuous=not cfg.static_batches,
-        decode_chunk=cfg.decode_chunk, memory_bytes=memory)
-
-
-def simulated_budgets(cfg: EvalConfig, prompts) -> list[int] | None:
-    """Per-prompt budgets when ``cfg.simulate_judgement_lengths`` (benchmarks of random-weight models)."""
-    if not cfg.simulate_judgement_lengths:
-        return None
-    from longrm_jax.evaluation.simulated_lengths import judgement_lengths
-
-    return judgement_lengths(prompts, cfg.max_new_tokens)
-
-
-def add_timings(cfg: EvalConfig, timings: dict) -> None:
-    """Accumulate phase seconds / token counts of this run (reported under ``timings`` in results.json)."""
-    for key, value in timings.items():  # max_* keys keep the largest value, dicts merge, the others add up
-        if isinstance(value, dict):
-            cfg.timings[key] = {**cfg.timings.get(key, {}), **value}
-        else:
-            merge = max if key.startswith("max_") else (lambda a, b: a + b)
-            cfg.timings[key] = merge(cfg.timings.get(key, 0), value)
 
 
 def run_grm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh) -> list[dict]:

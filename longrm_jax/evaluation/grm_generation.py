@@ -1,0 +1,38 @@
+"""The GRM generator of an evaluation run and the accounting of its timings, shared by Long-RewardBench
+judging (``evaluation.runner``) and Long-form pointwise judging (``evaluation.longform``). ``cfg`` is the
+run's ``evaluation.runner.EvalConfig``."""
+
+from __future__ import annotations
+
+from longrm_jax.evaluation.encoding import stop_token_ids
+
+
+def make_generator(cfg, model, tokenizer, mesh, letter_ids=()):
+    """The GRM generator of ``cfg``: continuous batching unless ``static_batches`` (or a multi-device mesh)."""
+    from longrm_jax.evaluation.generation import GreedyGenerator
+
+    memory = int(cfg.device_memory_gib * (1 << 30)) if cfg.device_memory_gib else None
+    return GreedyGenerator(
+        model, pad_id=tokenizer.pad_id, stop_ids=stop_token_ids(cfg.model_path, tokenizer),
+        max_new_tokens=cfg.max_new_tokens, letter_ids=letter_ids, batch_size=cfg.batch_size,
+        max_batch_tokens=cfg.max_batch_tokens, mesh=mesh, continuous=not cfg.static_batches,
+        decode_chunk=cfg.decode_chunk, memory_bytes=memory)
+
+
+def simulated_budgets(cfg, prompts) -> list[int] | None:
+    """Per-prompt budgets when ``cfg.simulate_judgement_lengths`` (benchmarks of random-weight models)."""
+    if not cfg.simulate_judgement_lengths:
+        return None
+    from longrm_jax.evaluation.simulated_lengths import judgement_lengths
+
+    return judgement_lengths(prompts, cfg.max_new_tokens)
+
+
+def add_timings(cfg, timings: dict) -> None:
+    """Accumulate phase seconds / token counts of this run (reported under ``timings`` in results.json)."""
+    for key, value in timings.items():  # max_* keys keep the largest value, dicts merge, the others add up
+        if isinstance(value, dict):
+            cfg.timings[key] = {**cfg.timings.get(key, {}), **value}
+        else:
+            merge = max if key.startswith("max_") else (lambda a, b: a + b)
+            cfg.timings[key] = merge(cfg.timings.get(key, 0), value)
