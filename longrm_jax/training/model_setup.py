@@ -75,6 +75,18 @@ def codec_for(mcfg: ModelConfig) -> ParamCodec:
     return ParamCodec(nnx.eval_shape(lambda: build_model(mcfg, rngs=nnx.Rngs(0))))
 
 
+def trained_model(directory: str, step: int | None = None):
+    """An NNX model (CausalLM or SequenceClassifier) with a training checkpoint's weights, LoRA merged, in
+    float32 compute: what ``python -m longrm_jax.export`` writes with ``hf.save.save_pretrained``."""
+    import jax.numpy as jnp
+
+    from longrm_jax.training.checkpoint import load_trained_weights
+
+    mcfg, params = load_trained_weights(directory, step)
+    mcfg = mcfg.replace(dtype="float32", remat="none")
+    return codec_for(mcfg).model({k: jnp.asarray(v) for k, v in params.items()})
+
+
 def model_config(cfg: TrainConfig, tokenizer=None) -> ModelConfig:
     """The ModelConfig ``load_model`` will build, read without loading any weights (config.json of an HF
     checkpoint, the metadata of a training checkpoint, or the preset)."""

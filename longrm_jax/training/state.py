@@ -3,7 +3,7 @@
 Full fine-tuning: ``params`` holds every model parameter, ``frozen`` is empty. LoRA: ``params`` holds the
 adapters (``.../lora_a``, ``.../lora_b``; the score head too when it is a LoRA target, as upstream's DisRM) and
 the fully trained modules (``lora.train_modules``, e.g. a new score head), ``frozen`` the base weights.
-``effective_params`` gives the weights the model runs with in both cases.
+``lora.effective_params`` gives the weights the model runs with in both cases.
 
 Master weights and optimizer state live in ``model.param_dtype`` (fp32 by default); the model casts weights to
 its compute dtype inside each layer, so gradients arrive in the master dtype.
@@ -67,15 +67,6 @@ def split_trainable(cfg: TrainConfig, codec: ParamCodec, values: dict, key) -> t
     trainable = {k: values[k] for k in full} | adapters
     frozen = {k: v for k, v in values.items() if k not in full}
     return trainable, frozen
-
-
-def effective_params(cfg: TrainConfig, state_params: dict, frozen: dict) -> dict:
-    """The weights the model runs with (LoRA deltas merged into the frozen base)."""
-    if not frozen:
-        return state_params
-    adapters = {k: v for k, v in state_params.items() if k.endswith(("/lora_a", "/lora_b"))}
-    base = frozen | {k: v for k, v in state_params.items() if k not in adapters}
-    return lora.merge(base, adapters, alpha=cfg.lora.alpha, rank=cfg.lora.rank)
 
 
 def param_rules(cfg: TrainConfig) -> dict:

@@ -31,7 +31,8 @@ from longrm_jax import losses
 from longrm_jax.ops import cudnn_packed
 from longrm_jax.training.config import TrainConfig
 from longrm_jax.training.params import ParamCodec
-from longrm_jax.training.state import TrainState, effective_params
+from longrm_jax.training.lora import effective_params
+from longrm_jax.training.state import TrainState
 
 METRIC_KEYS = ("loss", "chosen_reward", "rejected_reward", "accuracy", "margin")
 
@@ -189,7 +190,7 @@ def make_train_step(cfg: TrainConfig, codec: ParamCodec, tx, spec: StageSpec, sc
             nonempty = jnp.maximum((per_micro > 0).sum().astype(jnp.float32), 1.0)
 
         def micro_loss(params, mb):
-            model = codec.model(effective_params(cfg, params, state.frozen))
+            model = codec.model(effective_params(params, state.frozen, alpha=cfg.lora.alpha, rank=cfg.lora.rank))
             total, sums = loss_sums(model, mb, cfg, spec)
             if reduction == "upstream":
                 return total / item_count(mb, spec) / nonempty, sums
@@ -274,7 +275,7 @@ def make_eval_step(cfg: TrainConfig, codec: ParamCodec, spec: StageSpec) -> Call
     reward (bt score; beta * pi otherwise) for held-out pairs."""
 
     def evaluate(params, frozen, batch):
-        model = codec.model(effective_params(cfg, params, frozen))
+        model = codec.model(effective_params(params, frozen, alpha=cfg.lora.alpha, rank=cfg.lora.rank))
         eval_spec = spec if spec.stage != "sft" else dataclasses.replace(spec, stage="simpo")
         chosen, rejected, valid = group_values(model, batch, cfg, eval_spec)
         return chosen, rejected.mean(-1), valid
