@@ -127,7 +127,7 @@ def _export(argv: list[str]) -> int:
 
     silence_absl_warnings()
     check_out_dir(args.out, args.checkpoint, overwrite=args.overwrite)
-    from longrm_jax.hf.export import save_pretrained
+    from longrm_jax.hf.save import save_pretrained
 
     resolved = resolve_checkpoint(args.checkpoint, head=args.head)
     if args.head is not None and _head_of(resolved.model) != args.head:

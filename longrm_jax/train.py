@@ -101,7 +101,7 @@ def _train(argv: list[str]) -> int:
     if cfg.model.remat in ("save_attention_out", "auto"):
         # Before the first device use: without it XLA re-runs the saved attention kernel on GPUs
         # (docs/perf_training.md). CPU runs ignore GPU flags.
-        from longrm_jax.models.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
+        from longrm_jax.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
 
         add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)
     from longrm_jax.training.loop import DegenerateDataError, NonFiniteLossError, run

@@ -154,7 +154,7 @@ def write_random_hf(preset: str, stage: str, out_dir: str) -> None:
     from flax import nnx
 
     from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
-    from longrm_jax.hf.export import save_pretrained
+    from longrm_jax.hf.save import save_pretrained
     from longrm_jax.models import build_model
     from longrm_jax.training.config import load_config
     from longrm_jax.training.data_source import load_tokenizer

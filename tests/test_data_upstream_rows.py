@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from longrm_jax.data.inspect import main as inspect_main
+from longrm_jax.data.inspect_data import main as inspect_main
 from longrm_jax.data.packing import unpack_row
 from longrm_jax.data.pipeline import make_train_iterator
 from longrm_jax.data.readers import read_records

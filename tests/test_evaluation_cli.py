@@ -53,7 +53,7 @@ def test_gpu_decode_flags_only_for_grm_on_gpu(monkeypatch):
     """GRM runs on a GPU get the decode XLA flags; DisRM, --no-gpu-flags, CPU-only and late calls do not."""
     from jax._src import xla_bridge
 
-    from longrm_jax.models.xla_flags import GPU_DECODE_XLA_FLAGS
+    from longrm_jax.xla_flags import GPU_DECODE_XLA_FLAGS
 
     def args(*extra):
         return evaluate.build_parser().parse_args(["--model-path", "m", "--data-path", "d", *extra])

@@ -16,12 +16,12 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / PACKAGE
 # The allowed direction, top to bottom (docs/design.md, "design"): a module may import modules of its own
 # group and of any group *below* it, never above. Groups are matched by longest module-name prefix.
 LAYERS = (
-    ("longrm_jax", "longrm_jax.train", "longrm_jax.evaluate", "longrm_jax.export", "longrm_jax.data.inspect"),
+    ("longrm_jax", "longrm_jax.train", "longrm_jax.evaluate", "longrm_jax.export", "longrm_jax.data.inspect_data"),
     ("longrm_jax.training", "longrm_jax.evaluation"),
     ("longrm_jax.data", "longrm_jax.hf"),
     ("longrm_jax.models",),
     ("longrm_jax.ops",),
-    ("longrm_jax.parallel", "longrm_jax.losses", "longrm_jax.cli_support"),
+    ("longrm_jax.parallel", "longrm_jax.losses", "longrm_jax.cli_support", "longrm_jax.xla_flags"),
 )
 # Packages of one layer that must not import each other either (siblings, not a chain).
 INDEPENDENT = (
@@ -29,8 +29,9 @@ INDEPENDENT = (
     ("longrm_jax.data", "longrm_jax.hf"),
     ("longrm_jax.parallel", "longrm_jax.losses"),
 )
-# losses.py is pure: jax only; cli_support (one-line errors, --debug) serves every CLI, data's included.
-LEAVES = ("longrm_jax.losses", "longrm_jax.cli_support")
+# losses.py is pure: jax only; cli_support (one-line errors, --debug) serves every CLI, data's included;
+# xla_flags (process-wide flags the CLIs set before the backend starts) knows nothing else of the package.
+LEAVES = ("longrm_jax.losses", "longrm_jax.cli_support", "longrm_jax.xla_flags")
 
 def module_name(path: pathlib.Path) -> str:
     parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)

@@ -23,7 +23,7 @@ from longrm_jax.training.data_source import (count_batches, degenerate_groups, e
                                              train_iterator, train_records)
 from longrm_jax.training.data_source import slots as data_slots
 from longrm_jax.training.distributed import maybe_initialize
-from longrm_jax.training.metrics import MetricsWriter, peak_flops, step_flops
+from longrm_jax.training.telemetry import MetricsWriter, peak_flops, step_flops
 from longrm_jax.training.memory_plan import peak_device_gib, plan_train_step
 from longrm_jax.training.model_setup import load_model, model_config
 from longrm_jax.training.run_lock import RunLock
@@ -103,7 +103,7 @@ def _test_hook(name: str, step: int) -> bool:
 def degenerate_message(cfg: TrainConfig, degenerate: int, total: int, where: str) -> str:
     return (f"{degenerate} of {total} preference groups {where} have a rejected sequence identical to the chosen "
             f"one after truncation to data.seq_len={cfg.data.seq_len} tokens, so they give no gradient: raise "
-            "data.seq_len (inspect the lengths with python -m longrm_jax.data.inspect) or check the data for "
+            "data.seq_len (inspect the lengths with python -m longrm_jax.data.inspect_data) or check the data for "
             "identical responses")
 
 

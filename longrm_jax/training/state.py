@@ -69,18 +69,19 @@ def split_trainable(cfg: TrainConfig, codec: ParamCodec, values: dict, key) -> t
     return trainable, frozen
 
 
-def param_rules(cfg: TrainConfig) -> dict:
-    """Logical -> mesh rules for parameters: the defaults with ``embed`` over ``mesh.param_axes``."""
+def param_sharding_rules(param_axes) -> dict:
+    """Logical -> mesh axis rules for parameters: the defaults with ``embed`` over ``param_axes``
+    (``mesh.param_axes``)."""
     from longrm_jax.parallel.mesh import DEFAULT_RULES
 
-    axes = tuple(cfg.mesh.param_axes)
+    axes = tuple(param_axes)
     return DEFAULT_RULES | {"embed": axes[0] if len(axes) == 1 else (axes or None)}
 
 
 def state_specs(cfg: TrainConfig, codec: ParamCodec, tx, trainable: dict, frozen: dict, mesh) -> TrainState:
     """PartitionSpecs for every leaf of the train state: parameters fsdp-style from their logical names,
     adapters replicated, optimizer moments like their parameters, scalars replicated."""
-    base = codec.specs(mesh, param_rules(cfg))
+    base = codec.specs(mesh, param_sharding_rules(cfg.mesh.param_axes))
     param_specs = {k: base.get(k, P()) for k in trainable}
     abstract = jax.eval_shape(tx.init, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), trainable))
     opt_specs = optax.tree_map_params(
