@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 from longrm_jax import evaluate  # noqa: E402
 from longrm_jax.data.synthetic import write_long_rewardbench  # noqa: E402
 from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR  # noqa: E402
-from longrm_jax.hf.testing import make_tiny_checkpoint  # noqa: E402
+from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
 
 TASKS = ("LongQA", "Code")
 

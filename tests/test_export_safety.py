@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from longrm_jax import export as export_cli  # noqa: E402
 from longrm_jax.hf.load import weight_files  # noqa: E402
-from longrm_jax.hf.testing import make_tiny_checkpoint  # noqa: E402
+from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
 from longrm_jax.train import DEFAULT_CONFIG  # noqa: E402
 from longrm_jax.training import loop  # noqa: E402
 from longrm_jax.training.config import load_config  # noqa: E402

@@ -147,7 +147,8 @@ def test_training_step_with_splash_equals_xla():
     from longrm_jax.train import DEFAULT_CONFIG
     from longrm_jax.training import batches as batch_lib
     from longrm_jax.training.config import load_config
-    from longrm_jax.training.data_source import load_tokenizer, train_batches
+    from helpers.batches import train_batches
+from longrm_jax.training.data_source import load_tokenizer
     from longrm_jax.training.model_setup import init_random, preset_config, with_training_numerics
     from longrm_jax.training.state import create_state, lr_schedule, make_optimizer
     from longrm_jax.training.steps import StageSpec, jit_train_step, make_train_step
@@ -165,9 +166,9 @@ def test_training_step_with_splash_equals_xla():
     def one_step(impl, interpret):
         mcfg = dataclasses.replace(base, attention_impl=impl, attention_interpret=interpret)
         codec, values = init_random(mcfg, mesh, cfg.seed)
-        tx = make_optimizer(cfg, 10)
+        tx = make_optimizer(cfg.optim, 10)
         state, sh = create_state(cfg, codec, values, tx, mesh, jax.random.key(1))
-        step = jit_train_step(make_train_step(cfg, codec, tx, StageSpec("sft", 0, 1), lr_schedule(cfg, 10)), sh,
+        step = jit_train_step(make_train_step(cfg, codec, tx, StageSpec("sft", 0, 1), lr_schedule(cfg.optim, 10)), sh,
                               batch_lib.batch_shardings(mesh))
         with jax.set_mesh(mesh):
             state, metrics = step(state, batch_lib.to_global(host, mesh))

@@ -12,7 +12,8 @@ from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.train import DEFAULT_CONFIG
 from longrm_jax.training import batches as batch_lib
 from longrm_jax.training.config import load_config
-from longrm_jax.training.data_source import load_tokenizer, slots, train_batches, train_records
+from helpers.batches import train_batches
+from longrm_jax.training.data_source import load_tokenizer, slots, train_records
 from longrm_jax.training.model_setup import init_random, preset_config, with_training_numerics
 from longrm_jax.training.steps import StageSpec, make_eval_step
 

@@ -12,7 +12,8 @@ from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.train import DEFAULT_CONFIG
 from longrm_jax.training import batches as batch_lib
 from longrm_jax.training.config import load_config
-from longrm_jax.training.data_source import load_tokenizer, train_batches
+from helpers.batches import train_batches
+from longrm_jax.training.data_source import load_tokenizer
 from longrm_jax.training.model_setup import init_random, preset_config, with_training_numerics
 from longrm_jax.training.state import TrainState, lr_schedule, make_optimizer
 from longrm_jax.training.steps import StageSpec, group_values, make_train_step, token_logprobs
@@ -75,7 +76,7 @@ def _hand_global(cfg, codec, spec, params, batch):
 @pytest.mark.parametrize("reduction", ["upstream", pytest.param("global_tokens", marks=pytest.mark.slow)])
 def test_reduction_matches_hand_computation(stage, reduction):
     cfg, codec, values, batch, spec = _setup(stage, reduction)
-    step = make_train_step(cfg, codec, make_optimizer(cfg, 10), spec, lr_schedule(cfg, 10))
+    step = make_train_step(cfg, codec, make_optimizer(cfg.optim, 10), spec, lr_schedule(cfg.optim, 10))
     state = TrainState(jnp.zeros((), jnp.int32), values, {}, None)
     grads, aux = jax.jit(step.gradients)(state, batch)
     hand = _hand_upstream if reduction == "upstream" else _hand_global

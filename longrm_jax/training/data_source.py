@@ -96,12 +96,6 @@ def train_records(cfg: TrainConfig):
     return _file_records(cfg, cfg.data.source, sft)
 
 
-def train_batches(cfg: TrainConfig, tokenizer: ChatTokenizer) -> list[dict]:
-    """Every global training batch of one epoch, packed in memory (tests and small data)."""
-    return packed_batches(cfg, tokenizer, train_records(cfg), sft=cfg.stage == "sft",
-                          batch_rows=cfg.pipeline_rows_per_step)
-
-
 def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, num_epochs: int | None = None):
     """The grain training iterator (this process's rows of each global batch; ``num_epochs=None``: forever)."""
     from longrm_jax.data.pipeline import make_train_iterator

@@ -20,7 +20,7 @@ from flax import struct
 from jax.sharding import PartitionSpec as P
 
 from longrm_jax.training import lora
-from longrm_jax.training.config import TrainConfig
+from longrm_jax.training.config import OptimSection, TrainConfig
 from longrm_jax.training.params import ParamCodec, cast, shardings
 
 
@@ -32,27 +32,24 @@ class TrainState:
     opt_state: optax.OptState
 
 
-def lr_schedule(cfg: TrainConfig, total_steps: int) -> optax.Schedule:
+def lr_schedule(optim: OptimSection, total_steps: int) -> optax.Schedule:
     """Linear warmup from 0 over ceil(warmup_ratio * steps), then cosine to min_lr_ratio * lr."""
-    o = cfg.optim
-    warmup = min(math.ceil(o.warmup_ratio * total_steps), max(total_steps - 1, 0))
+    warmup = min(math.ceil(optim.warmup_ratio * total_steps), max(total_steps - 1, 0))
     return optax.warmup_cosine_decay_schedule(
-        init_value=0.0 if warmup else o.lr,
-        peak_value=o.lr,
+        init_value=0.0 if warmup else optim.lr,
+        peak_value=optim.lr,
         warmup_steps=warmup,
         decay_steps=max(total_steps, warmup + 1),
-        end_value=o.lr * o.min_lr_ratio,
+        end_value=optim.lr * optim.min_lr_ratio,
     )
 
 
-def make_optimizer(cfg: TrainConfig, total_steps: int) -> optax.GradientTransformation:
-    o = cfg.optim
+def make_optimizer(optim: OptimSection, total_steps: int) -> optax.GradientTransformation:
     parts = []
-    if o.grad_clip and o.grad_clip > 0:
-        parts.append(optax.clip_by_global_norm(o.grad_clip))
-    parts.append(
-        optax.adamw(lr_schedule(cfg, total_steps), b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay)
-    )
+    if optim.grad_clip and optim.grad_clip > 0:
+        parts.append(optax.clip_by_global_norm(optim.grad_clip))
+    parts.append(optax.adamw(lr_schedule(optim, total_steps), b1=optim.b1, b2=optim.b2, eps=optim.eps,
+                             weight_decay=optim.weight_decay))
     return optax.chain(*parts)
 
 
