@@ -161,7 +161,7 @@ def write_random_hf(preset: str, stage: str, out_dir: str) -> None:
     from longrm_jax.training.model_setup import preset_config
 
     cfg = load_config(None, [f"stage={stage}", f"model.preset={preset}"])
-    tok = load_tokenizer(cfg)
+    tok = load_tokenizer(cfg.data)
     mcfg = preset_config(cfg, tok).replace(head=cfg.head, dtype="bfloat16", param_dtype="bfloat16",
                                            pad_token_id=tok.pad_id, eos_token_id=tok.eos_id)
     model = build_model(mcfg, rngs=nnx.Rngs(0))

@@ -25,7 +25,7 @@ CASES = {
 
 
 def _one_step(cfg, mesh, host_batch):
-    tok = load_tokenizer(cfg)
+    tok = load_tokenizer(cfg.data)
     mcfg = with_training_numerics(preset_config(cfg, tok), cfg)
     codec, values = init_random(mcfg, mesh, cfg.seed)
     tx = make_optimizer(cfg.optim, 10)
@@ -48,7 +48,7 @@ def test_sharded_step_matches_single_device(stage):
             "optim.lr=1e-2", "optim.warmup_ratio=0",
             "optim.eps=1e-3"]  # eps keeps the first Adam update well-conditioned where gradients are ~0
     cfg = load_config(None, base + CASES[stage], base=DEFAULT_CONFIG)
-    host = dict(train_batches(cfg, load_tokenizer(cfg))[0])
+    host = dict(train_batches(cfg, load_tokenizer(cfg.data))[0])
     # Random tokens in the packed layout: synthetic pairs differ in one token only, so at random init their
     # score gradients nearly cancel and would compare rounding noise.
     rng = np.random.default_rng(0)

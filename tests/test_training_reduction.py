@@ -26,7 +26,7 @@ BASE = ["data.seq_len=512", "data.batch_rows=2", "grad_accum=2", "data.synthetic
 def _setup(stage, reduction):
     cfg = load_config(None, BASE + [f"stage={stage}", f"loss.reduction={reduction}"], base=DEFAULT_CONFIG)
     mesh = make_mesh(1, 1, 1, 1, devices=jax.devices()[:1])
-    tok = load_tokenizer(cfg)
+    tok = load_tokenizer(cfg.data)
     codec, values = init_random(with_training_numerics(preset_config(cfg, tok), cfg), mesh, 0)
     host = train_batches(cfg, tok)[0]
     groups = host["num_groups"]
@@ -40,12 +40,12 @@ def _per_item_losses(cfg, codec, spec, params, batch):
     """[B, G] loss of each item (SimPO pair, or SFT sample's token-mean NLL) and [B, G] validity."""
     model = codec.model(params)
     if spec.stage == "sft":
-        lp = token_logprobs(model, batch, cfg)
+        lp = token_logprobs(model, batch, cfg.loss.chunk_tokens)
         mean, counts = losses.segment_mean_logprobs(lp, batch["target_mask"], batch["segment_ids"],
                                                     spec.num_segments)
         valid = jnp.arange(spec.max_groups)[None] < batch["num_groups"][:, None]
         return -mean, valid, (lp, counts)
-    chosen, rejected, valid = group_values(model, batch, cfg, spec)
+    chosen, rejected, valid = group_values(model, batch, spec, cfg.loss.chunk_tokens)
     lc = cfg.loss
     per = losses.simpo_loss(chosen, rejected, beta=lc.beta, gamma=lc.gamma, label_smoothing=lc.label_smoothing,
                             nll_weight=lc.nll_weight)

@@ -38,7 +38,7 @@ def _compact(slotted: dict, k: int) -> dict:
 
 
 def _one_step(cfg, mesh, host, slots):
-    tok = load_tokenizer(cfg)
+    tok = load_tokenizer(cfg.data)
     mcfg = with_training_numerics(preset_config(cfg, tok), cfg)
     codec, values = init_random(mcfg, mesh, cfg.seed)
     tx = make_optimizer(cfg.optim, 10)
@@ -53,7 +53,7 @@ def _one_step(cfg, mesh, host, slots):
 
 
 def _host_batch(cfg):
-    host = dict(train_batches(cfg, load_tokenizer(cfg))[0])
+    host = dict(train_batches(cfg, load_tokenizer(cfg.data))[0])
     k = 1 + cfg.data.num_rejects
     assert host["input_ids"].shape == (4, k * 64)
     # Sample r of each group starts at slot r; random tokens so that chosen and rejected differ a lot.

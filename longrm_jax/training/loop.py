@@ -27,12 +27,12 @@ from longrm_jax.training.data_source import (count_batches, degenerate_groups, e
                                              train_iterator, train_records)
 from longrm_jax.training.data_source import slots as data_slots
 from longrm_jax.training.distributed import maybe_initialize
-from longrm_jax.training.telemetry import MetricsWriter, peak_flops, step_flops
 from longrm_jax.training.memory_plan import peak_device_gib, plan_train_step
 from longrm_jax.training.model_setup import load_model, model_config
 from longrm_jax.training.run_lock import RunLock
 from longrm_jax.training.state import create_state, lr_schedule, make_optimizer
 from longrm_jax.training.steps import StageSpec, jit_train_step, make_eval_step, make_train_step
+from longrm_jax.training.telemetry import MetricsWriter, peak_flops, step_flops
 
 
 class NonFiniteLossError(RuntimeError):
@@ -98,9 +98,9 @@ def _global_max_groups(host: dict) -> int:
     return int(np.max(multihost_utils.process_allgather(np.int32(local))))
 
 
-def degenerate_message(cfg: TrainConfig, degenerate: int, total: int, where: str) -> str:
+def degenerate_message(seq_len: int, degenerate: int, total: int, where: str) -> str:
     return (f"{degenerate} of {total} preference groups {where} have a rejected sequence identical to the chosen "
-            f"one after truncation to data.seq_len={cfg.data.seq_len} tokens, so they give no gradient: raise "
+            f"one after truncation to data.seq_len={seq_len} tokens, so they give no gradient: raise "
             "data.seq_len (inspect the lengths with python -m longrm_jax.data.inspect_data) or check the data for "
             "identical responses")
 
@@ -166,7 +166,7 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
                                    result, on_step)
         result.final_step = step
         if result.degenerate_groups:
-            _log("WARNING: " + degenerate_message(cfg, result.degenerate_groups, result.trained_groups,
+            _log("WARNING: " + degenerate_message(cfg.data.seq_len, result.degenerate_groups, result.trained_groups,
                                                   "trained"))
         if cfg.eval_after and inputs.eval_host:
             result.accuracy_after = _held_out_accuracy(eval_fn, state, inputs, writer, step, "after")
@@ -184,7 +184,7 @@ def _prepare_inputs(cfg: TrainConfig, resume: bool) -> _RunInputs:
     if -1 not in sizes and jax.process_count() == 1 and math.prod(sizes) < len(devices):
         devices = devices[: math.prod(sizes)]  # a fixed-size mesh on a larger host uses its first devices
     mesh = make_mesh(data=m.data, fsdp=m.fsdp, seq=m.seq, tensor=m.tensor, devices=devices)
-    tokenizer = load_tokenizer(cfg)
+    tokenizer = load_tokenizer(cfg.data)
     records = train_records(cfg)
     eval_host = eval_batches(cfg, tokenizer) if (cfg.eval_before or cfg.eval_after) else []
     no_eval_reason = None
@@ -302,7 +302,7 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
             if num_rejects:
                 bad, groups = degenerate_groups(host, 1 + num_rejects)
                 if step == start and groups and bad == groups:
-                    raise DegenerateDataError(degenerate_message(cfg, bad, groups, "of the first batch"))
+                    raise DegenerateDataError(degenerate_message(cfg.data.seq_len, bad, groups, "of the first batch"))
                 result.degenerate_groups += bad
                 result.trained_groups += groups
             step_fn = steps_by_groups(_global_max_groups(host))

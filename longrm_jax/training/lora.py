@@ -6,7 +6,8 @@ dimension (q/k/v/gate/up projections: in = D); the others write it (o/down proje
 initialised like peft (uniform +-1/sqrt(in)), B at zero, so training starts from the base model exactly.
 
 The merge is applied to the frozen base inside the jitted step and when a training checkpoint is loaded
-(``effective_params``, the one place that does it), so every consumer of the model sees ordinary weights. It costs one rank-r matmul per targeted weight per step.
+(``effective_params``, the one place that does it), so every consumer of the model sees ordinary weights. It
+costs one rank-r matmul per targeted weight per step.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from flax import struct
 from jax.sharding import PartitionSpec as P
 
 from longrm_jax.training import lora
-from longrm_jax.training.config import OptimSection, TrainConfig
+from longrm_jax.training.config import LoraSection, OptimSection, TrainConfig
 from longrm_jax.training.params import ParamCodec, cast, shardings
 
 
@@ -53,14 +53,14 @@ def make_optimizer(optim: OptimSection, total_steps: int) -> optax.GradientTrans
     return optax.chain(*parts)
 
 
-def split_trainable(cfg: TrainConfig, codec: ParamCodec, values: dict, key) -> tuple[dict, dict]:
-    """(trainable, frozen) flat dicts for full fine-tuning or LoRA."""
-    if cfg.lora.rank <= 0:
+def split_trainable(lora_cfg: LoraSection, codec: ParamCodec, values: dict, key) -> tuple[dict, dict]:
+    """(trainable, frozen) flat dicts for full fine-tuning or LoRA (``lora_cfg``: the run's ``lora`` section)."""
+    if lora_cfg.rank <= 0:
         return dict(values), {}
-    targets = lora.select_targets(values.keys(), cfg.lora.targets)
-    full = set(lora.select_train_modules(values.keys(), cfg.lora.train_modules))
+    targets = lora.select_targets(values.keys(), lora_cfg.targets)
+    full = set(lora.select_train_modules(values.keys(), lora_cfg.train_modules))
     names = {k: codec.logical_names(k) for k in targets}
-    adapters = lora.init_adapters({k: values[k].shape for k in targets}, names, targets, cfg.lora.rank, key)
+    adapters = lora.init_adapters({k: values[k].shape for k in targets}, names, targets, lora_cfg.rank, key)
     trainable = {k: values[k] for k in full} | adapters
     frozen = {k: v for k, v in values.items() if k not in full}
     return trainable, frozen
@@ -91,7 +91,7 @@ def state_specs(cfg: TrainConfig, codec: ParamCodec, tx, trainable: dict, frozen
 def create_state(cfg: TrainConfig, codec: ParamCodec, values: dict, tx, mesh, key) -> tuple[TrainState, TrainState]:
     """Place the initial state on ``mesh`` (sharded) and return it with its sharding tree."""
     dtype = jnp.dtype(cfg.model.param_dtype)
-    trainable, frozen = split_trainable(cfg, codec, values, key)
+    trainable, frozen = split_trainable(cfg.lora, codec, values, key)
     trainable, frozen = cast(trainable, dtype), cast(frozen, dtype)
     specs = state_specs(cfg, codec, tx, trainable, frozen, mesh)
     sh = shardings(specs, mesh)
@@ -109,7 +109,7 @@ def abstract_state(cfg: TrainConfig, codec: ParamCodec, tx, mesh, key) -> tuple[
     dtype = jnp.dtype(cfg.model.param_dtype)
 
     def build(values):
-        trainable, frozen = split_trainable(cfg, codec, values, key)
+        trainable, frozen = split_trainable(cfg.lora, codec, values, key)
         trainable, frozen = cast(trainable, dtype), cast(frozen, dtype)
         return TrainState(jnp.zeros((), jnp.int32), trainable, frozen, tx.init(trainable))
 
