@@ -70,8 +70,10 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
 
     monkeypatch.setattr(loop, "make_train_step", poisoned)
     monkeypatch.setattr(steps, "make_train_step", poisoned)  # the step the trainer compiles before loading
+    events = []
     with pytest.raises(loop.NonFiniteLossError, match=r"at step 3.*Last good checkpoint: step 2"):
-        loop.run(cfg)
+        loop.run(cfg, on_step=lambda step, event: events.append((step, event)))
+    assert events == [(1, "trained"), (2, "trained"), (2, "saving")]  # the callback tests inject faults with
     _, params = load_trained_weights(str(tmp_path / "checkpoints"))
     assert all(np.isfinite(v).all() for v in params.values())
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2"]
