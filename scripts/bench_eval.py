@@ -262,7 +262,7 @@ def run_part(args, part: str, seq: int | None = None) -> dict | None:
 
 
 def peak_flops(device: str) -> float | None:
-    from longrm_jax.training.metrics import PEAK_FLOPS
+    from longrm_jax.training.telemetry import PEAK_FLOPS
 
     return next((v for k, v in PEAK_FLOPS.items() if k in device), None)
 
