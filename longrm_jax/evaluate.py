@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from longrm_jax.cli_support import add_debug_flag
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
 from longrm_jax.evaluation.samples import DEFAULT_SEED
-from longrm_jax.models.xla_flags import GPU_DECODE_XLA_FLAGS, add_gpu_xla_flags
+from longrm_jax.xla_flags import GPU_DECODE_XLA_FLAGS, add_gpu_xla_flags
 from longrm_jax.parallel.mesh import MESH_AXES
 
 
@@ -141,7 +141,7 @@ def _gpu_backend_possible(environ) -> bool:
 
 
 def apply_gpu_decode_flags(args: argparse.Namespace, environ=None) -> bool:
-    """Add the GPU decode XLA flags (``longrm_jax.models.xla_flags``) for a GRM run; True if they were added.
+    """Add the GPU decode XLA flags (``longrm_jax.xla_flags``) for a GRM run; True if they were added.
 
     Must run before any JAX device use (XLA reads its flags when the backend starts). Skipped for DisRM
     scoring (measured slower prefill with them), with ``--no-gpu-flags``, without a GPU plugin or with

@@ -4,7 +4,7 @@
 
 SRC is a local HF checkpoint directory or a training run's orbax checkpoint directory (the run's
 ``output_dir`` or its ``checkpoints/``; LoRA adapters are merged into the weights). ``resolve_checkpoint`` is
-the single place that turns SRC into a model.
+the single place that turns SRC into a model: the library below knows nothing of this command.
 """
 
 from __future__ import annotations
@@ -16,22 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
 from typing import Any
-
-# Other checkpoint formats register a resolver here: (src) -> ResolvedCheckpoint, or None if not theirs.
-CHECKPOINT_RESOLVERS: list[Callable[[str], "ResolvedCheckpoint | None"]] = []
-
-
-def _training_checkpoint(src: str) -> "ResolvedCheckpoint | None":
-    # Imported lazily: orbax and the training stack are only needed when SRC is a training checkpoint.
-    from longrm_jax.training.checkpoint import resolve_training_checkpoint
-
-    return resolve_training_checkpoint(src)
-
-
-CHECKPOINT_RESOLVERS.append(_training_checkpoint)
-
 
 @dataclasses.dataclass
 class ResolvedCheckpoint:
@@ -44,11 +29,10 @@ class ResolvedCheckpoint:
 
 
 def resolve_checkpoint(src: str, *, head: str | None = None) -> ResolvedCheckpoint:
-    """Load SRC: first any registered resolver that claims it, else a local HF directory."""
-    for resolver in CHECKPOINT_RESOLVERS:
-        resolved = resolver(src)
-        if resolved is not None:
-            return resolved
+    """Load SRC: a training checkpoint of this package (LoRA merged), else a local HF directory."""
+    resolved = _training_checkpoint(src)
+    if resolved is not None:
+        return resolved
     from longrm_jax.hf.load import load_pretrained, read_hf_config
 
     if not os.path.isdir(src):
@@ -64,6 +48,28 @@ def resolve_checkpoint(src: str, *, head: str | None = None) -> ResolvedCheckpoi
         generation_config=generation,
         tokenizer_dir=src,
     )
+
+
+def _training_checkpoint(src: str) -> ResolvedCheckpoint | None:
+    """A training checkpoint directory (the run's ``output_dir``, its ``checkpoints/`` or one step folder) with
+    LoRA merged; None for anything else. Tokenizer files come from the run's ``data.tokenizer`` (the bundled
+    tiny tokenizer when unset)."""
+    # Imported here: orbax and the training stack are only needed when SRC is a training checkpoint.
+    from longrm_jax.training.checkpoint import locate_training_checkpoint, saved_run_config
+
+    located = locate_training_checkpoint(src)
+    if located is None:
+        return None
+    from longrm_jax.training.model_setup import trained_model
+
+    directory, step = located
+    run_cfg, step = saved_run_config(directory, step)
+    tokenizer_dir = run_cfg.get("data", {}).get("tokenizer")
+    if tokenizer_dir is None:
+        from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
+
+        tokenizer_dir = TINY_TOKENIZER_DIR
+    return ResolvedCheckpoint(model=trained_model(directory, step), tokenizer_dir=tokenizer_dir)
 
 
 def _head_of(model) -> str:
@@ -121,7 +127,7 @@ def _export(argv: list[str]) -> int:
 
     silence_absl_warnings()
     check_out_dir(args.out, args.checkpoint, overwrite=args.overwrite)
-    from longrm_jax.hf.export import save_pretrained
+    from longrm_jax.hf.save import save_pretrained
 
     resolved = resolve_checkpoint(args.checkpoint, head=args.head)
     if args.head is not None and _head_of(resolved.model) != args.head:

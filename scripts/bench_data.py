@@ -55,7 +55,7 @@ def main(argv=None) -> None:
     t_pack = time.perf_counter() - t0
 
     it = make_train_iterator(records, tok, stage="simpo", max_length=args.max_length, batch_size=1,
-                             num_epochs=1, window_groups=16, num_threads=args.threads, process_index=0,
+                             num_epochs=1, window_groups=16, worker_count=args.threads, process_index=0,
                              process_count=1)
     t0 = time.perf_counter()
     n_pipe = sum(int((b["segment_ids"] > 0).sum()) for b in it)

@@ -16,7 +16,7 @@ Measured, each in its own subprocess (so one framework's memory never limits the
   never occurs, so every step runs). Reported against the memory-bandwidth bound: each step must read every
   weight (the untied embedding table excepted: one row) and the whole KV cache buffer once,
   ``bound tokens/s = batch * HBM bandwidth / (weight bytes + KV cache bytes)``. Runs with the GPU decode XLA
-  flags (``longrm_jax.models.xla_flags``), as the evaluator's GRM path does (``--decode-no-gpu-flags``: without).
+  flags (``longrm_jax.xla_flags``), as the evaluator's GRM path does (``--decode-no-gpu-flags``: without).
 
 FLOPs per scored token follow docs/flops.md: forward = a third of ``6 N + 6 L H d S`` per token
 = ``2 N + 2 L H d S`` (the attention term is already the causal half; not halved again). Weights are
@@ -61,7 +61,7 @@ def forward_flops_per_token(cfg, head: str, seq_len: int) -> float:
     halved ``12 L H_q d S / 2``, so it must not be halved again (an earlier version did, under-reporting
     TFLOP/s by ~20% at 32K). ``N`` = matmul parameters without the embedding lookup (head included).
     """
-    from longrm_jax.training.metrics import matmul_params
+    from longrm_jax.training.telemetry import matmul_params
 
     attention = cfg.num_layers * cfg.num_heads * cfg.head_dim * seq_len
     return 2.0 * matmul_params(cfg, head) + 2.0 * attention
@@ -250,7 +250,7 @@ def run_part(args, part: str, seq: int | None = None) -> dict | None:
         env.setdefault("JAX_PLATFORMS", "cpu")
     env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.92")
     if part == "decode-jax" and not args.decode_no_gpu_flags:  # what the evaluator's GRM path runs with
-        from longrm_jax.models.xla_flags import add_gpu_xla_flags
+        from longrm_jax.xla_flags import add_gpu_xla_flags
 
         add_gpu_xla_flags(environ=env)
     print(f"[bench_eval] {part}" + (f" L={seq}" if seq else ""), flush=True)
@@ -263,7 +263,7 @@ def run_part(args, part: str, seq: int | None = None) -> dict | None:
 
 
 def peak_flops(device: str) -> float | None:
-    from longrm_jax.training.metrics import PEAK_FLOPS
+    from longrm_jax.training.telemetry import PEAK_FLOPS
 
     return next((v for k, v in PEAK_FLOPS.items() if k in device), None)
 

@@ -162,7 +162,7 @@ def bench_torch(model: str, stage: str, length: int, args) -> dict:
 
     from longrm_jax.models.config import to_hf_config
     from longrm_jax.training.config import load_config
-    from longrm_jax.training.metrics import matmul_params
+    from longrm_jax.training.telemetry import matmul_params
     from longrm_jax.training.model_setup import preset_config
 
     preset = TINY[model] if args.smoke else model

@@ -154,14 +154,14 @@ def write_random_hf(preset: str, stage: str, out_dir: str) -> None:
     from flax import nnx
 
     from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
-    from longrm_jax.hf.export import save_pretrained
+    from longrm_jax.hf.save import save_pretrained
     from longrm_jax.models import build_model
     from longrm_jax.training.config import load_config
     from longrm_jax.training.data_source import load_tokenizer
     from longrm_jax.training.model_setup import preset_config
 
     cfg = load_config(None, [f"stage={stage}", f"model.preset={preset}"])
-    tok = load_tokenizer(cfg)
+    tok = load_tokenizer(cfg.data)
     mcfg = preset_config(cfg, tok).replace(head=cfg.head, dtype="bfloat16", param_dtype="bfloat16",
                                            pad_token_id=tok.pad_id, eos_token_id=tok.eos_id)
     model = build_model(mcfg, rngs=nnx.Rngs(0))

@@ -46,7 +46,7 @@ import sys
 import time
 
 import _bench
-from longrm_jax.models.xla_flags import GPU_DECODE_XLA_FLAGS
+from longrm_jax.xla_flags import GPU_DECODE_XLA_FLAGS
 
 ROOT = _bench.REPO_ROOT
 ROW_TAG = "PROFILE_ROW "

@@ -6,11 +6,11 @@ import logging
 import pytest
 
 from longrm_jax import cli_support
-from longrm_jax.data import inspect as inspect_cli
+from longrm_jax.data import inspect_data as inspect_cli
 from longrm_jax.data import synthetic
 
 
-@pytest.mark.parametrize("module, prog", [(inspect_cli, "python -m longrm_jax.data.inspect"),
+@pytest.mark.parametrize("module, prog", [(inspect_cli, "python -m longrm_jax.data.inspect_data"),
                                           (synthetic, "python -m longrm_jax.data.synthetic")])
 def test_help_names_the_module(module, prog, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from longrm_jax.data import synthetic
-from longrm_jax.data.inspect import length_histogram, main
+from longrm_jax.data.inspect_data import length_histogram, main
 from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
 
 

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from longrm_jax.data.inspect import main as inspect_main
+from longrm_jax.data.inspect_data import main as inspect_main
 from longrm_jax.data.packing import unpack_row
 from longrm_jax.data.pipeline import make_train_iterator
 from longrm_jax.data.readers import read_records
@@ -85,7 +85,7 @@ def test_rows_far_shorter_than_prompts_still_train_every_pair(upstream_tok, simp
     row = 4096
     it = make_train_iterator(simpo_records, upstream_tok, stage="simpo", num_rejects=1,
                              max_length=2 * row if slotted else row, buckets=(2 * row if slotted else row,),
-                             sample_max_length=row, slotted=slotted, batch_size=2, shuffle=False, num_epochs=1,
+                             seq_len=row, slotted=slotted, batch_size=2, shuffle=False, num_epochs=1,
                              window_groups=32, prefetch=0, process_index=0, process_count=1)
     batches = list(it)
     stats = it.stats()

@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 from longrm_jax import evaluate  # noqa: E402
 from longrm_jax.data.synthetic import write_long_rewardbench  # noqa: E402
 from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR  # noqa: E402
-from longrm_jax.hf.testing import make_tiny_checkpoint  # noqa: E402
+from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
 
 TASKS = ("LongQA", "Code")
 
@@ -53,7 +53,7 @@ def test_gpu_decode_flags_only_for_grm_on_gpu(monkeypatch):
     """GRM runs on a GPU get the decode XLA flags; DisRM, --no-gpu-flags, CPU-only and late calls do not."""
     from jax._src import xla_bridge
 
-    from longrm_jax.models.xla_flags import GPU_DECODE_XLA_FLAGS
+    from longrm_jax.xla_flags import GPU_DECODE_XLA_FLAGS
 
     def args(*extra):
         return evaluate.build_parser().parse_args(["--model-path", "m", "--data-path", "d", *extra])

@@ -71,7 +71,7 @@ def test_disrm_predictions_get_binary_accuracy():
 
 def _tiny_checkpoint(path, head, template=True):
     from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
-    from longrm_jax.hf.testing import make_tiny_checkpoint
+    from helpers.tiny_checkpoint import make_tiny_checkpoint
 
     make_tiny_checkpoint(path, "qwen3" if head == "causal_lm" else "llama", head=head, vocab_size=650,
                          pad_token_id=0, kv_heads=2, layers=1)

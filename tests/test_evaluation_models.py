@@ -12,7 +12,7 @@ from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR  # noqa: E402
 from longrm_jax.evaluation.encoding import disrm_sequences, load_chat_tokenizers  # noqa: E402
 from longrm_jax.evaluation.generation import GreedyGenerator  # noqa: E402
 from longrm_jax.evaluation.samples import load_task_file  # noqa: E402
-from longrm_jax.hf.testing import make_tiny_checkpoint  # noqa: E402
+from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
 
 VOCAB = 650  # the tiny tokenizer's size; pad 0, eos 2
 NEW_TOKENS = 64

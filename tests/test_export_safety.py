@@ -9,10 +9,9 @@ torch = pytest.importorskip("torch")
 
 from longrm_jax import export as export_cli  # noqa: E402
 from longrm_jax.hf.load import weight_files  # noqa: E402
-from longrm_jax.hf.testing import make_tiny_checkpoint  # noqa: E402
+from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
 from longrm_jax.train import DEFAULT_CONFIG  # noqa: E402
 from longrm_jax.training import loop  # noqa: E402
-from longrm_jax.training.checkpoint import resolve_training_checkpoint  # noqa: E402
 from longrm_jax.training.config import load_config  # noqa: E402
 
 TINY = ["data.seq_len=256", "data.batch_rows=2", "data.synthetic.lengths=[8]", "data.num_train=4", "steps=1",
@@ -32,13 +31,6 @@ def trained_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "run"
     loop.run(load_config(None, TINY + [f"output_dir={out}"], base=DEFAULT_CONFIG))
     return out
-
-
-@pytest.fixture(autouse=True)
-def _training_resolver(monkeypatch):
-    if resolve_training_checkpoint not in export_cli.CHECKPOINT_RESOLVERS:
-        monkeypatch.setattr(export_cli, "CHECKPOINT_RESOLVERS",
-                            export_cli.CHECKPOINT_RESOLVERS + [resolve_training_checkpoint])
 
 
 def _bytes(directory):

@@ -11,9 +11,9 @@ transformers = pytest.importorskip("transformers")
 
 from longrm_jax import load_pretrained  # noqa: E402
 from longrm_jax.export import main as export_main  # noqa: E402
-from longrm_jax.hf.export import parse_size, save_pretrained  # noqa: E402
+from longrm_jax.hf.save import parse_size, save_pretrained  # noqa: E402
 from longrm_jax.hf.load import weight_files  # noqa: E402
-from longrm_jax.hf.testing import make_tiny_checkpoint  # noqa: E402
+from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
 
 
 def hf_outputs(model, ids):

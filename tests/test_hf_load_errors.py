@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 from longrm_jax import load_pretrained  # noqa: E402
 from longrm_jax.hf.load import CheckpointError  # noqa: E402
 from longrm_jax.hf.safetensors_io import SafetensorsError, SafetensorsFile, save_file  # noqa: E402
-from longrm_jax.hf.testing import make_tiny_checkpoint  # noqa: E402
+from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from longrm_jax import load_pretrained  # noqa: E402
-from longrm_jax.hf.testing import make_tiny_checkpoint  # noqa: E402
+from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
 from longrm_jax.parallel.mesh import make_mesh  # noqa: E402
 
 pytestmark = pytest.mark.skipif(len(jax.devices()) < 8, reason="needs 8 devices (tests/conftest.py fakes them)")
@@ -49,7 +49,7 @@ def test_sharded_load_matches_single_device(sharded_ckpt, mesh_shape):
 
 
 def test_export_from_sharded_model_reproduces_checkpoint(sharded_ckpt, tmp_path):
-    from longrm_jax.hf.export import save_pretrained
+    from longrm_jax.hf.save import save_pretrained
     from longrm_jax.hf.load import weight_files
 
     model = load_pretrained(sharded_ckpt, mesh=make_mesh(fsdp=4, tensor=2))

@@ -23,7 +23,7 @@ transformers = pytest.importorskip("transformers")
 import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from longrm_jax.hf.export import save_pretrained  # noqa: E402
+from longrm_jax.hf.save import save_pretrained  # noqa: E402
 from longrm_jax.models import ModelConfig, build_model  # noqa: E402
 
 TF4_PATH = os.environ.get("LONGRM_TF4_PATH")

@@ -153,7 +153,7 @@ def test_parameters_carry_logical_axis_names():
 
 
 def test_add_gpu_xla_flags_appends_once_and_keeps_user_choices():
-    from longrm_jax.models.xla_flags import GPU_DECODE_XLA_FLAGS, add_gpu_xla_flags
+    from longrm_jax.xla_flags import GPU_DECODE_XLA_FLAGS, add_gpu_xla_flags
 
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_gpu_enable_triton_gemm=true"}
     value = add_gpu_xla_flags(environ=env)

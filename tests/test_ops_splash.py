@@ -147,7 +147,8 @@ def test_training_step_with_splash_equals_xla():
     from longrm_jax.train import DEFAULT_CONFIG
     from longrm_jax.training import batches as batch_lib
     from longrm_jax.training.config import load_config
-    from longrm_jax.training.data_source import load_tokenizer, train_batches
+    from helpers.batches import train_batches
+    from longrm_jax.training.data_source import load_tokenizer
     from longrm_jax.training.model_setup import init_random, preset_config, with_training_numerics
     from longrm_jax.training.state import create_state, lr_schedule, make_optimizer
     from longrm_jax.training.steps import StageSpec, jit_train_step, make_train_step
@@ -156,7 +157,7 @@ def test_training_step_with_splash_equals_xla():
                              "data.num_train=4", "optim.lr=1e-2", "optim.warmup_ratio=0",
                              "optim.eps=1e-3"],  # eps: Adam steps on gradients of ~0 would compare rounding noise
                       base=DEFAULT_CONFIG)
-    tok = load_tokenizer(cfg)
+    tok = load_tokenizer(cfg.data)
     host = batch_lib.prepare(dict(train_batches(cfg, tok)[0]))
     mesh = make_mesh(1, 1, 1, 1, devices=jax.devices()[:1])
     base = with_training_numerics(preset_config(cfg, tok), cfg)
@@ -165,9 +166,9 @@ def test_training_step_with_splash_equals_xla():
     def one_step(impl, interpret):
         mcfg = dataclasses.replace(base, attention_impl=impl, attention_interpret=interpret)
         codec, values = init_random(mcfg, mesh, cfg.seed)
-        tx = make_optimizer(cfg, 10)
+        tx = make_optimizer(cfg.optim, 10)
         state, sh = create_state(cfg, codec, values, tx, mesh, jax.random.key(1))
-        step = jit_train_step(make_train_step(cfg, codec, tx, StageSpec("sft", 0, 1), lr_schedule(cfg, 10)), sh,
+        step = jit_train_step(make_train_step(cfg, codec, tx, StageSpec("sft", 0, 1), lr_schedule(cfg.optim, 10)), sh,
                               batch_lib.batch_shardings(mesh))
         with jax.set_mesh(mesh):
             state, metrics = step(state, batch_lib.to_global(host, mesh))

@@ -35,3 +35,14 @@ def test_shipped_configs_load():
     assert len(paths) >= 7
     for path in paths:
         assert main(["--config", path, "--print-config"]) == 0, path
+
+
+def test_the_default_run_is_package_data_with_one_copy():
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    packaged = os.path.join(root, "longrm_jax", "configs", "tiny_default.yaml")
+    linked = os.path.join(root, "configs", "tiny_default.yaml")
+    assert os.path.realpath(linked) == os.path.realpath(packaged)  # configs/ links the package's file
+    with open(packaged) as f:
+        assert yaml.safe_load(f) == DEFAULT_CONFIG

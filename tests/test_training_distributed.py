@@ -9,7 +9,8 @@ from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.train import DEFAULT_CONFIG
 from longrm_jax.training import batches as batch_lib
 from longrm_jax.training.config import load_config
-from longrm_jax.training.data_source import load_tokenizer, train_batches
+from helpers.batches import train_batches
+from longrm_jax.training.data_source import load_tokenizer
 from longrm_jax.training.model_setup import init_random, preset_config, with_training_numerics
 from longrm_jax.training.state import create_state, lr_schedule, make_optimizer
 from longrm_jax.training.steps import StageSpec, jit_train_step, make_train_step
@@ -24,14 +25,14 @@ CASES = {
 
 
 def _one_step(cfg, mesh, host_batch):
-    tok = load_tokenizer(cfg)
+    tok = load_tokenizer(cfg.data)
     mcfg = with_training_numerics(preset_config(cfg, tok), cfg)
     codec, values = init_random(mcfg, mesh, cfg.seed)
-    tx = make_optimizer(cfg, 10)
+    tx = make_optimizer(cfg.optim, 10)
     state, sh = create_state(cfg, codec, values, tx, mesh, jax.random.key(1))
     groups = int(np.max(host_batch["num_groups"]))
     spec = StageSpec(cfg.stage, 0 if cfg.stage == "sft" else cfg.data.num_rejects, max(groups, 1))
-    step = jit_train_step(make_train_step(cfg, codec, tx, spec, lr_schedule(cfg, 10)), sh,
+    step = jit_train_step(make_train_step(cfg, codec, tx, spec, lr_schedule(cfg.optim, 10)), sh,
                           batch_lib.batch_shardings(mesh))
     with jax.set_mesh(mesh):
         batch = batch_lib.to_global(batch_lib.prepare(host_batch, seq_shards=mesh.shape["seq"]), mesh)
@@ -47,7 +48,7 @@ def test_sharded_step_matches_single_device(stage):
             "optim.lr=1e-2", "optim.warmup_ratio=0",
             "optim.eps=1e-3"]  # eps keeps the first Adam update well-conditioned where gradients are ~0
     cfg = load_config(None, base + CASES[stage], base=DEFAULT_CONFIG)
-    host = dict(train_batches(cfg, load_tokenizer(cfg))[0])
+    host = dict(train_batches(cfg, load_tokenizer(cfg.data))[0])
     # Random tokens in the packed layout: synthetic pairs differ in one token only, so at random init their
     # score gradients nearly cancel and would compare rounding noise.
     rng = np.random.default_rng(0)

@@ -7,9 +7,9 @@ import pytest
 from longrm_jax import export as export_cli
 from longrm_jax.train import DEFAULT_CONFIG
 from longrm_jax.training import loop
-from longrm_jax.training.checkpoint import load_model_for_export, resolve_training_checkpoint
+from longrm_jax.training.lora import effective_params
+from longrm_jax.training.model_setup import trained_model
 from longrm_jax.training.config import load_config
-from longrm_jax.training.state import effective_params
 
 TINY = ["data.seq_len=256", "data.batch_rows=2", "data.synthetic.lengths=[24,40]", "data.num_train=8",
         "steps=2", "eval_before=false", "eval_after=false", "tensorboard=false", "progress=false",
@@ -27,8 +27,9 @@ def test_trained_checkpoint_exports_to_transformers(tmp_path, monkeypatch, stage
     result = loop.run(cfg)
     ckpt = result.checkpoint_dir
     # Trained (merged) weights are what the export loader sees.
-    trained = jax.device_get(effective_params(cfg, result.state.params, result.state.frozen))
-    model = load_model_for_export(ckpt)
+    trained = jax.device_get(effective_params(result.state.params, result.state.frozen, alpha=cfg.lora.alpha,
+                                                rank=cfg.lora.rank))
+    model = trained_model(ckpt)
     from longrm_jax.training.params import ParamCodec
 
     exported = ParamCodec(model).values(model)
@@ -37,9 +38,6 @@ def test_trained_checkpoint_exports_to_transformers(tmp_path, monkeypatch, stage
     if stage == "bt":
         assert np.abs(trained["model/layers/q_proj"] - result.state.frozen["model/layers/q_proj"]).max() > 0
 
-    if resolve_training_checkpoint not in export_cli.CHECKPOINT_RESOLVERS:
-        monkeypatch.setattr(export_cli, "CHECKPOINT_RESOLVERS",
-                            export_cli.CHECKPOINT_RESOLVERS + [resolve_training_checkpoint])
     out = tmp_path / "hf"
     assert export_cli.main(["--checkpoint", str(tmp_path / "run"), "--out", str(out)]) == 0
 

@@ -43,7 +43,7 @@ def test_rows_truncated_to_identical_pairs_stop_the_run(tmp_path, capsys):
     assert capsys.readouterr().err == (
         "error: 2 of 2 preference groups of the first batch have a rejected sequence identical to the chosen one "
         "after truncation to data.seq_len=128 tokens, so they give no gradient: raise data.seq_len (inspect the "
-        "lengths with python -m longrm_jax.data.inspect) or check the data for identical responses\n")
+        "lengths with python -m longrm_jax.data.inspect_data) or check the data for identical responses\n")
     assert not os.path.exists(tmp_path / "run" / LOCK_NAME)  # released on the error path
 
 

@@ -12,7 +12,8 @@ from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.train import DEFAULT_CONFIG
 from longrm_jax.training import batches as batch_lib
 from longrm_jax.training.config import load_config
-from longrm_jax.training.data_source import load_tokenizer, slots, train_batches, train_records
+from helpers.batches import train_batches
+from longrm_jax.training.data_source import load_tokenizer, slots, train_records
 from longrm_jax.training.model_setup import init_random, preset_config, with_training_numerics
 from longrm_jax.training.steps import StageSpec, make_eval_step
 
@@ -23,7 +24,7 @@ BASE = ["stage=simpo", "data.seq_len=64", "data.batch_rows=2", "data.synthetic.l
 
 def _per_pair_losses(cfg, values, codec, mesh) -> dict:
     """{chosen token ids: SimPO loss} for every pair of the run's (one-epoch, in-memory) batches."""
-    tok = load_tokenizer(cfg)
+    tok = load_tokenizer(cfg.data)
     k = slots(cfg)
     spec = StageSpec("simpo", 1, 1 if k else 4, slotted=k is not None)
     evaluate = make_eval_step(cfg, codec, spec)
@@ -48,7 +49,7 @@ def _per_pair_losses(cfg, values, codec, mesh) -> dict:
 def model():
     cfg = load_config(None, BASE, base=DEFAULT_CONFIG)
     mesh = make_mesh(1, 1, 1, 1, devices=jax.devices()[:1])
-    codec, values = init_random(with_training_numerics(preset_config(cfg, load_tokenizer(cfg)), cfg), mesh, 0)
+    codec, values = init_random(with_training_numerics(preset_config(cfg, load_tokenizer(cfg.data)), cfg), mesh, 0)
     return codec, values, mesh
 
 
@@ -73,12 +74,12 @@ def test_every_long_pair_trains_a_nonzero_gradient(model):
     from longrm_jax.training.steps import group_values
 
     def pair_loss(params, batch, r, g):
-        chosen, rejected, _ = group_values(codec.model(params), batch, cfg, spec)
+        chosen, rejected, _ = group_values(codec.model(params), batch, spec, cfg.loss.chunk_tokens)
         return losses.simpo_loss(chosen, rejected, beta=2.5, gamma=0.5)[r, g]
 
     grad = jax.jit(jax.grad(pair_loss))
     seen = 0
-    for host in train_batches(cfg, load_tokenizer(cfg)):
+    for host in train_batches(cfg, load_tokenizer(cfg.data)):
         batch = batch_lib.to_global(batch_lib.prepare(host), mesh)
         for r in range(host["input_ids"].shape[0]):
             for g in range(int(host["num_groups"][r])):
@@ -124,7 +125,7 @@ def test_real_upstream_pairs_in_2048_token_rows_all_have_nonzero_gradients(reque
     spec = StageSpec("simpo", 1, 1)
 
     def pair_loss(params, batch):
-        chosen, rejected, _ = group_values(codec.model(params), batch, cfg, spec)
+        chosen, rejected, _ = group_values(codec.model(params), batch, spec, cfg.loss.chunk_tokens)
         return losses.simpo_loss(chosen, rejected, beta=2.5, gamma=0.5)[0, 0]
 
     grad = jax.jit(jax.grad(pair_loss))

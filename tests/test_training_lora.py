@@ -47,7 +47,7 @@ def test_disrm_config_trains_upstreams_parameter_set():
     cfg = load_config("configs/llama31_8b_disrm_bt.yaml", tiny)
     mesh = make_mesh(1, 1, 1, 1, devices=jax.devices()[:1])
     codec, values = init_random(with_training_numerics(preset_config(cfg), cfg), mesh, 0)
-    trainable, frozen = split_trainable(cfg, codec, values, jax.random.key(0))
+    trainable, frozen = split_trainable(cfg.lora, codec, values, jax.random.key(0))
     linear = [k for k in values if k.rsplit("/", 1)[-1] in lora.ALL_LINEAR]
     assert len(linear) == 7 and "score" in values
     assert set(trainable) == {k + s for k in linear + ["score"] for s in ("/lora_a", "/lora_b")}
@@ -56,5 +56,5 @@ def test_disrm_config_trains_upstreams_parameter_set():
     assert cfg.lora.rank == 8 and cfg.lora.alpha == 8
     old = load_config("configs/llama31_8b_disrm_bt.yaml",
                       tiny + ["lora.targets=[all-linear]", "lora.train_modules=[score]"])
-    trainable, frozen = split_trainable(old, codec, values, jax.random.key(0))
+    trainable, frozen = split_trainable(old.lora, codec, values, jax.random.key(0))
     assert "score" in trainable and "score" not in frozen and "score/lora_a" not in trainable

@@ -12,7 +12,8 @@ from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.train import DEFAULT_CONFIG
 from longrm_jax.training import batches as batch_lib
 from longrm_jax.training.config import load_config
-from longrm_jax.training.data_source import load_tokenizer, train_batches
+from helpers.batches import train_batches
+from longrm_jax.training.data_source import load_tokenizer
 from longrm_jax.training.model_setup import init_random, preset_config, with_training_numerics
 from longrm_jax.training.state import TrainState, lr_schedule, make_optimizer
 from longrm_jax.training.steps import StageSpec, group_values, make_train_step, token_logprobs
@@ -25,7 +26,7 @@ BASE = ["data.seq_len=512", "data.batch_rows=2", "grad_accum=2", "data.synthetic
 def _setup(stage, reduction):
     cfg = load_config(None, BASE + [f"stage={stage}", f"loss.reduction={reduction}"], base=DEFAULT_CONFIG)
     mesh = make_mesh(1, 1, 1, 1, devices=jax.devices()[:1])
-    tok = load_tokenizer(cfg)
+    tok = load_tokenizer(cfg.data)
     codec, values = init_random(with_training_numerics(preset_config(cfg, tok), cfg), mesh, 0)
     host = train_batches(cfg, tok)[0]
     groups = host["num_groups"]
@@ -39,12 +40,12 @@ def _per_item_losses(cfg, codec, spec, params, batch):
     """[B, G] loss of each item (SimPO pair, or SFT sample's token-mean NLL) and [B, G] validity."""
     model = codec.model(params)
     if spec.stage == "sft":
-        lp = token_logprobs(model, batch, cfg)
+        lp = token_logprobs(model, batch, cfg.loss.chunk_tokens)
         mean, counts = losses.segment_mean_logprobs(lp, batch["target_mask"], batch["segment_ids"],
                                                     spec.num_segments)
         valid = jnp.arange(spec.max_groups)[None] < batch["num_groups"][:, None]
         return -mean, valid, (lp, counts)
-    chosen, rejected, valid = group_values(model, batch, cfg, spec)
+    chosen, rejected, valid = group_values(model, batch, spec, cfg.loss.chunk_tokens)
     lc = cfg.loss
     per = losses.simpo_loss(chosen, rejected, beta=lc.beta, gamma=lc.gamma, label_smoothing=lc.label_smoothing,
                             nll_weight=lc.nll_weight)
@@ -75,7 +76,7 @@ def _hand_global(cfg, codec, spec, params, batch):
 @pytest.mark.parametrize("reduction", ["upstream", pytest.param("global_tokens", marks=pytest.mark.slow)])
 def test_reduction_matches_hand_computation(stage, reduction):
     cfg, codec, values, batch, spec = _setup(stage, reduction)
-    step = make_train_step(cfg, codec, make_optimizer(cfg, 10), spec, lr_schedule(cfg, 10))
+    step = make_train_step(cfg, codec, make_optimizer(cfg.optim, 10), spec, lr_schedule(cfg.optim, 10))
     state = TrainState(jnp.zeros((), jnp.int32), values, {}, None)
     grads, aux = jax.jit(step.gradients)(state, batch)
     hand = _hand_upstream if reduction == "upstream" else _hand_global

@@ -3,6 +3,7 @@ loss stops the run naming the step and keeps the last good checkpoint."""
 
 import dataclasses
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -23,10 +24,15 @@ TINY = ["data.seq_len=256", "data.batch_rows=2", "data.synthetic.lengths=[24,40]
         "progress=false", "optim.lr=1e-2"]
 
 
-def _train(out, *extra, env_extra=None):
+KILL_DRIVER = str(pathlib.Path(__file__).parent / "helpers" / "train_and_kill.py")
+
+
+def _train(out, *extra, kill_at=None):
+    """The training CLI in a subprocess; ``kill_at=(event, step)`` SIGKILLs it there (tests/helpers)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
-    env.update(env_extra or {})
-    args = [sys.executable, "-m", "longrm_jax.train"] + [a for s in TINY + [f"output_dir={out}"] for a in ("--set", s)]
+    command = [sys.executable, "-m", "longrm_jax.train"] if kill_at is None else [
+        sys.executable, KILL_DRIVER, kill_at[0], str(kill_at[1])]
+    args = command + [a for s in TINY + [f"output_dir={out}"] for a in ("--set", s)]
     return subprocess.run(args + list(extra), env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -34,7 +40,7 @@ def _train(out, *extra, env_extra=None):
 def test_sigkill_during_async_save_then_resume_is_bit_identical(tmp_path):
     ref = _train(tmp_path / "ref")
     assert ref.returncode == 0, ref.stderr[-3000:]
-    killed = _train(tmp_path / "run", env_extra={"LONGRM_TEST_KILL_DURING_SAVE": "4"})
+    killed = _train(tmp_path / "run", kill_at=("saving", 4))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     # The interrupted save never became the latest complete step: step 2 (or 4 if it had finished) restores.
     mcfg, params = load_trained_weights(str(tmp_path / "run" / "checkpoints"))
@@ -64,8 +70,10 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
 
     monkeypatch.setattr(loop, "make_train_step", poisoned)
     monkeypatch.setattr(steps, "make_train_step", poisoned)  # the step the trainer compiles before loading
+    events = []
     with pytest.raises(loop.NonFiniteLossError, match=r"at step 3.*Last good checkpoint: step 2"):
-        loop.run(cfg)
+        loop.run(cfg, on_step=lambda step, event: events.append((step, event)))
+    assert events == [(1, "trained"), (2, "trained"), (2, "saving")]  # the callback tests inject faults with
     _, params = load_trained_weights(str(tmp_path / "checkpoints"))
     assert all(np.isfinite(v).all() for v in params.values())
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2"]

@@ -11,7 +11,8 @@ from longrm_jax.train import DEFAULT_CONFIG
 from longrm_jax.training import batches as batch_lib
 from longrm_jax.training import loop
 from longrm_jax.training.config import ConfigError, load_config
-from longrm_jax.training.data_source import load_tokenizer, train_batches
+from helpers.batches import train_batches
+from longrm_jax.training.data_source import load_tokenizer
 from longrm_jax.training.model_setup import init_random, preset_config, with_training_numerics
 from longrm_jax.training.state import create_state, lr_schedule, make_optimizer
 from longrm_jax.training.steps import StageSpec, jit_train_step, make_train_step
@@ -37,13 +38,13 @@ def _compact(slotted: dict, k: int) -> dict:
 
 
 def _one_step(cfg, mesh, host, slots):
-    tok = load_tokenizer(cfg)
+    tok = load_tokenizer(cfg.data)
     mcfg = with_training_numerics(preset_config(cfg, tok), cfg)
     codec, values = init_random(mcfg, mesh, cfg.seed)
-    tx = make_optimizer(cfg, 10)
+    tx = make_optimizer(cfg.optim, 10)
     state, sh = create_state(cfg, codec, values, tx, mesh, jax.random.key(1))
     spec = StageSpec(cfg.stage, cfg.data.num_rejects, 1, slotted=slots is not None)
-    step = jit_train_step(make_train_step(cfg, codec, tx, spec, lr_schedule(cfg, 10)), sh,
+    step = jit_train_step(make_train_step(cfg, codec, tx, spec, lr_schedule(cfg.optim, 10)), sh,
                           batch_lib.batch_shardings(mesh, slotted=slots is not None))
     with jax.set_mesh(mesh):
         batch = batch_lib.to_global(batch_lib.prepare(host, seq_shards=mesh.shape["seq"], slots=slots), mesh)
@@ -52,7 +53,7 @@ def _one_step(cfg, mesh, host, slots):
 
 
 def _host_batch(cfg):
-    host = dict(train_batches(cfg, load_tokenizer(cfg))[0])
+    host = dict(train_batches(cfg, load_tokenizer(cfg.data))[0])
     k = 1 + cfg.data.num_rejects
     assert host["input_ids"].shape == (4, k * 64)
     # Sample r of each group starts at slot r; random tokens so that chosen and rejected differ a lot.

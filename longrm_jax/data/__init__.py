@@ -8,5 +8,5 @@ Main entry points:
 - `pipeline.make_train_iterator(data, tokenizer, stage=..., max_length=..., batch_size=...)` -> resumable
   iterator of packed batches,
 - `synthetic.write_training_files` / `synthetic.write_long_rewardbench`, `tiny_tokenizer.TINY_TOKENIZER_DIR`,
-- `python -m longrm_jax.data.inspect --data PATH --tokenizer DIR`.
+- `python -m longrm_jax.data.inspect_data --data PATH --tokenizer DIR`.
 """

@@ -14,21 +14,22 @@ Trainer API::
 
 `data`: a path (see `readers`), a `RecordSource`, or a sequence of `SFTRecord` / `PreferenceRecord`.
 Other arguments (`PipelineConfig`): `buckets` (or `num_buckets`, `bucket_multiple`), `window_groups`,
-`truncation` ("prompt_middle" | "right" | "error", per sequence), `sample_max_length`, `slotted` (one
+`truncation` ("prompt_middle" | "right" | "error", per sequence), `seq_len`, `slotted` (one
 group per row, sample r in slot r of `row length / group_size` tokens: see `packing`), `skip_bad_rows`, `reject_selection` ("first" |
 "random": a seeded subset when a row has more rejected than `num_rejects`), `shuffle`, `prefetch`,
-`num_threads`, `process_index` / `process_count` (default: jax's).
+`worker_count`, `process_index` / `process_count` (default: jax's). Names shared with the trainer's `data:`
+config section mean the same there.
 `tokenizer`: a `ChatTokenizer` or a tokenizer directory. `stage`: "sft" (groups of 1 sample) or
 "simpo"/"bt"/"preference" (groups of 1 + `num_rejects`). Batch layout: docs/design.md "Batches".
 
 How (all deterministic in `seed`, so every host computes the same plan):
 1. `grain.MapDataset.source(records)`, `.shuffle()` (a different permutation every epoch), `.repeat(num_epochs)`.
-2. `.batch(window_groups)`: windows of groups; each window is tokenized (with `sample_max_length` truncation),
+2. `.batch(window_groups)`: windows of groups; each window is tokenized (with `seq_len` truncation),
    each sequence fitted to the largest bucket on its own, packed first-fit-decreasing into rows, rows into
    batches of `batch_size` rows of one bucket length (`packing.pack_batches`; a group too long to share a row
    comes in a row of its own, `group_size` x the largest bucket long; identical pairs are dropped and
    counted), and the batch order shuffled within the window.
-   Windows are computed ahead by `num_threads` threads (`to_iter_dataset` read options).
+   Windows are computed ahead by `worker_count` threads (`to_iter_dataset` read options).
 3. A grain flat-map yields the window's batches one by one, each process keeping its rows
    `[p * b, (p + 1) * b)` of the global batch: all hosts see the same shapes at every step and the same
    number of steps, and a group never straddles hosts or rows.
@@ -78,17 +79,17 @@ class PipelineConfig:
     bucket_multiple: int = 128
     bucket_scheme: str = "halving"  # packing.make_buckets
     window_groups: int = 256  # groups packed together (bigger: fuller rows, more memory)
-    # Each sequence longer than sample_max_length / the row, on its own: "prompt_middle" (cut the prompt's middle,
+    # Each sequence longer than seq_len / the row, on its own: "prompt_middle" (cut the prompt's middle,
     # keep the response), "right" (upstream's literal right cut) or "error" (see data.tokenize).
     truncation: str = "prompt_middle"
-    sample_max_length: int | None = None  # per-sequence cap before packing (default: the longest row / slot)
+    seq_len: int | None = None  # tokens per sequence at most, before packing (default: the longest row / slot)
     slotted: bool = False  # preference stages: one group per row, each sample in its own equal slot
     skip_bad_rows: bool = False
     reject_selection: str = "first"  # "first" or "random" (seeded per row, as upstream's random.sample)
     process_index: int = 0
     process_count: int = 1
     prefetch: int = 2
-    num_threads: int = 2
+    worker_count: int = 2  # threads tokenizing / packing windows ahead
 
     def __post_init__(self):
         if self.stage != "sft" and self.stage not in PREFERENCE_STAGES:
@@ -154,7 +155,7 @@ class _WindowPacker:
     def __init__(self, tokenizer: ChatTokenizer, cfg: PipelineConfig, stats: TruncationStats):
         self.tok, self.cfg, self.stats = tokenizer, cfg, stats
         longest = max(cfg.resolved_buckets) // (cfg.group_size if cfg.slotted else 1)
-        self.truncation = TruncationConfig(policy=cfg.truncation, max_length=cfg.sample_max_length or longest)
+        self.truncation = TruncationConfig(policy=cfg.truncation, max_length=cfg.seq_len or longest)
         self.skipped = 0
         self._lock = threading.Lock()
 
@@ -199,9 +200,14 @@ class _ProcessRows(grain.experimental.FlatMapTransform):
         return [{k: v[self._lo:self._hi] for k, v in b.items()} for b in batches]
 
 
+# Fields renamed to the trainer's names, fingerprinted under their first names: iterator states saved before the
+# rename still restore.
+_FINGERPRINT_NAMES = {"seq_len": "sample_max_length", "worker_count": "num_threads"}
+
+
 def _fingerprint(cfg: PipelineConfig, num_records: int) -> str:
     # process_index is left out: every host's state is the same, so any host's saved state restores any host.
-    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "process_index"}
+    fields = {_FINGERPRINT_NAMES.get(k, k): v for k, v in dataclasses.asdict(cfg).items() if k != "process_index"}
     blob = json.dumps([fields, num_records], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -224,7 +230,7 @@ class TrainIterator:
         ds = ds.repeat(cfg.num_epochs)
         ds = ds.batch(cfg.window_groups, batch_fn=list)
         ds = ds.map_with_index(self._packer)
-        read = grain.ReadOptions(num_threads=cfg.num_threads, prefetch_buffer_size=max(1, cfg.num_threads))
+        read = grain.ReadOptions(num_threads=cfg.worker_count, prefetch_buffer_size=max(1, cfg.worker_count))
         it_ds = grain.experimental.FlatMapIterDataset(ds.to_iter_dataset(read), _ProcessRows(cfg))
         if cfg.prefetch > 0:
             it_ds = grain.experimental.ThreadPrefetchIterDataset(it_ds, prefetch_buffer_size=cfg.prefetch)

@@ -25,7 +25,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 
 from longrm_jax.hf.safetensors_io import SafetensorsFile
-from longrm_jax.hf.weights import HARMLESS_EXTRA, WeightRule, param_rules, read_slice
+from longrm_jax.hf.weights import HARMLESS_EXTRA, WeightRule, read_slice, weight_rules
 from longrm_jax.models.config import ModelConfig, from_hf_config
 from longrm_jax.models.decoder import build_model
 from longrm_jax.parallel.mesh import logical_to_spec
@@ -178,7 +178,7 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, SafetensorsFile], *, me
     abstract = nnx.eval_shape(lambda: build_model(cfg, rules=rules))
     graphdef, abs_state = nnx.split(abstract)
     flat = list(nnx.to_flat_state(abs_state))
-    rule_list = param_rules([p for p, _ in flat], cfg)
+    rule_list = weight_rules([p for p, _ in flat], cfg)
 
     # 1. Validate everything before touching a device.
     used, missing, fresh = set(), [], set()

@@ -71,7 +71,7 @@ class WeightRule:
         return (math.prod(shape[self.in_axes:]), math.prod(shape[: self.in_axes]))
 
 
-def param_rules(paths: list[tuple[str, ...]], cfg: ModelConfig) -> list[WeightRule]:
+def weight_rules(paths: list[tuple[str, ...]], cfg: ModelConfig) -> list[WeightRule]:
     """A rule for every one of our parameter paths (as produced by ``nnx.to_flat_state``)."""
     rules = []
     for path in paths:

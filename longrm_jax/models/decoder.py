@@ -13,7 +13,7 @@ unrolls the same body with a Python loop, for debugging. The remat policy wraps 
 With a KV cache ([L, B, S, K, H], stacked like the weights) the cache rides in the layer loop's carry: each
 layer writes its new rows in place and attends over its own rows of the updated buffer, never over a copy (see
 ``Decoder.__call__``). What XLA still copies under ``scan`` on GPU is each layer's slice of the stacked weights
-before a Triton matmul: for decoding, run with :data:`longrm_jax.models.xla_flags.GPU_DECODE_XLA_FLAGS`, or set
+before a Triton matmul: for decoding, run with :data:`longrm_jax.xla_flags.GPU_DECODE_XLA_FLAGS`, or set
 ``ModelConfig.unroll_cached_layers``.
 """
 

@@ -5,7 +5,9 @@ Layout: ``<dir>/<step>/{state,data,config,model}`` written by ``orbax.checkpoint
 complete, so a process killed during a save leaves the previous step as the latest restorable one.
 
 ``load_trained_weights(dir)`` is the loader for other tools (``python -m longrm_jax.export --checkpoint DIR``
-and ``model.init`` of a later stage): it reads the newest step's parameters on the host and merges LoRA.
+through ``training.model_setup.trained_model``, and ``model.init`` of a later stage): it reads the newest step's
+parameters on the host and merges LoRA. ``locate_training_checkpoint`` finds a checkpoint directory and step from
+what a user may name (the run's ``output_dir``, its ``checkpoints/``, one step folder).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from longrm_jax.models import ModelConfig
+from longrm_jax.training.lora import effective_params
 
 ITEMS = ("state", "data", "config", "model")
 
@@ -103,8 +106,6 @@ def load_trained_weights(directory: str, step: int | None = None) -> tuple[Model
 
     Parameters come back in the checkpoint's master dtype; the model config records the trained head.
     """
-    from longrm_jax.training.lora import merge
-
     manager = _manager(directory, read_only=True)
     step = manager.latest_step() if step is None else step
     if step is None:
@@ -123,55 +124,33 @@ def load_trained_weights(directory: str, step: int | None = None) -> tuple[Model
                                                             partial_restore=True))
     params, frozen = dict(tree["params"]), dict(tree.get("frozen") or {})
     if frozen:
-        adapters = {k: v for k, v in params.items() if k.endswith(("/lora_a", "/lora_b"))}
-        base = frozen | {k: v for k, v in params.items() if k not in adapters}
         lora_cfg = run_cfg["lora"]
-        params = {k: np.asarray(v) for k, v in merge(base, adapters, alpha=lora_cfg["alpha"],
-                                                     rank=lora_cfg["rank"]).items()}
+        merged = effective_params(params, frozen, alpha=lora_cfg["alpha"], rank=lora_cfg["rank"])
+        params = {k: np.asarray(v) for k, v in merged.items()}
     manager.close()
     return mcfg, params
 
 
-def load_model_for_export(directory: str, step: int | None = None):
-    """An NNX model (CausalLM or SequenceClassifier) with a training checkpoint's weights, LoRA merged, in
-    float32 compute - ready for ``longrm_jax.hf.export.save_pretrained``."""
-    import jax.numpy as jnp
-
-    from longrm_jax.training.model_setup import codec_for
-
-    mcfg, params = load_trained_weights(directory, step)
-    mcfg = mcfg.replace(dtype="float32", remat="none")
-    codec = codec_for(mcfg)
-    values = {k: jnp.asarray(v) for k, v in params.items()}
-    return codec.model(values)
-
-
-def resolve_training_checkpoint(src: str):
-    """Resolver for ``longrm_jax.export.CHECKPOINT_RESOLVERS``: a training checkpoint directory (the run's
-    ``checkpoints`` dir, or a run's ``output_dir`` holding one) -> ``ResolvedCheckpoint`` with LoRA merged;
-    None for anything else. Tokenizer files come from the run's ``data.tokenizer`` (the bundled tiny tokenizer
-    when unset)."""
-    from longrm_jax.export import ResolvedCheckpoint
-
+def locate_training_checkpoint(src: str) -> tuple[str, int | None] | None:
+    """(checkpoint directory, step or None for the newest) that ``src`` names: a ``Checkpointer`` directory, a
+    run's ``output_dir`` holding one in ``checkpoints/``, or one step folder of it; None for anything else."""
     step = None
     name = os.path.basename(os.path.normpath(src))
-    if name.isdigit() and os.path.isdir(os.path.join(src, "state")):  # one step folder: export that step
+    if name.isdigit() and os.path.isdir(os.path.join(src, "state")):  # one step folder: that step
         src, step = os.path.dirname(os.path.normpath(src)), int(name)
     if not is_training_checkpoint(src) and is_training_checkpoint(os.path.join(src, "checkpoints")):
         src = os.path.join(src, "checkpoints")
-    if not is_training_checkpoint(src):
-        return None
-    manager = _manager(src, read_only=True)
-    if step is None:
-        step = manager.latest_step()
-    if step is None:
-        manager.close()
-        raise FileNotFoundError(f"{src}: no complete training checkpoint step (a run killed during its first save?)")
-    run_cfg = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
-    manager.close()
-    tokenizer_dir = run_cfg.get("data", {}).get("tokenizer")
-    if tokenizer_dir is None:
-        from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
+    return (src, step) if is_training_checkpoint(src) else None
 
-        tokenizer_dir = TINY_TOKENIZER_DIR
-    return ResolvedCheckpoint(model=load_model_for_export(src, step), tokenizer_dir=tokenizer_dir)
+
+def saved_run_config(directory: str, step: int | None = None) -> tuple[dict, int]:
+    """(the run config saved with ``step`` (default: the newest complete one), that step)."""
+    manager = _manager(directory, read_only=True)
+    try:
+        step = manager.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"{directory}: no complete training checkpoint step (a run killed during its "
+                                    "first save?)")
+        return manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"], step
+    finally:
+        manager.close()

@@ -19,17 +19,17 @@ import numpy as np
 from longrm_jax.data.packing import pack_batches
 from longrm_jax.data.records import PreferenceRecord, Provenance, SFTRecord
 from longrm_jax.data.tokenize import ChatTokenizer, TruncationConfig
-from longrm_jax.training.config import TrainConfig
+from longrm_jax.training.config import DataSection, TrainConfig
 
 
-def load_tokenizer(cfg: TrainConfig) -> ChatTokenizer:
-    path = cfg.data.tokenizer
+def load_tokenizer(data: DataSection) -> ChatTokenizer:
+    """The run's chat tokenizer: ``data.tokenizer`` (the bundled tiny one when unset) with its template options."""
+    path = data.tokenizer
     if path is None:
         from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
 
         path = TINY_TOKENIZER_DIR
-    return ChatTokenizer.from_dir(path, enable_thinking=cfg.data.enable_thinking,
-                                  chat_template=cfg.data.chat_template)
+    return ChatTokenizer.from_dir(path, enable_thinking=data.enable_thinking, chat_template=data.chat_template)
 
 
 def _synthetic_rows(cfg: TrainConfig, n: int, seed: int) -> list[dict]:
@@ -96,12 +96,6 @@ def train_records(cfg: TrainConfig):
     return _file_records(cfg, cfg.data.source, sft)
 
 
-def train_batches(cfg: TrainConfig, tokenizer: ChatTokenizer) -> list[dict]:
-    """Every global training batch of one epoch, packed in memory (tests and small data)."""
-    return packed_batches(cfg, tokenizer, train_records(cfg), sft=cfg.stage == "sft",
-                          batch_rows=cfg.pipeline_rows_per_step)
-
-
 def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, num_epochs: int | None = None):
     """The grain training iterator (this process's rows of each global batch; ``num_epochs=None``: forever)."""
     from longrm_jax.data.pipeline import make_train_iterator
@@ -116,8 +110,8 @@ def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, 
         buckets=None if d.num_buckets > 1 else (row,), num_buckets=d.num_buckets, bucket_multiple=d.bucket_multiple,
         bucket_scheme=d.bucket_scheme,
         batch_size=cfg.pipeline_rows_per_step, seed=cfg.seed, shuffle=d.shuffle, num_epochs=num_epochs,
-        window_groups=d.window_groups, num_threads=max(1, d.worker_count), slotted=k > 1,
-        sample_max_length=d.seq_len, truncation=d.truncation,
+        window_groups=d.window_groups, worker_count=max(1, d.worker_count), slotted=k > 1, seq_len=d.seq_len,
+        truncation=d.truncation,
     )
 
 

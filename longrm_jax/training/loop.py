@@ -1,4 +1,8 @@
-"""The training run: mesh, data, model, state, the step loop, evaluation, checkpoints and metrics."""
+"""The training run: mesh, data, model, state, the step loop, evaluation, checkpoints and metrics.
+
+``run`` reads as its steps: inputs (mesh, data, step count), the step's memory plan and compilation, the run
+record, model and state, restore, held-out accuracy before, the step loop (saves included), accuracy after.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,8 @@ import dataclasses
 import math
 import os
 import shutil
-import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import jax
@@ -18,17 +22,17 @@ from tqdm.auto import tqdm
 from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.training import batches as batch_lib
 from longrm_jax.training.checkpoint import Checkpointer, is_training_checkpoint
-from longrm_jax.training.config import TrainConfig
+from longrm_jax.training.config import TrainConfig, to_yaml
 from longrm_jax.training.data_source import (count_batches, degenerate_groups, eval_batches, load_tokenizer,
                                              train_iterator, train_records)
 from longrm_jax.training.data_source import slots as data_slots
 from longrm_jax.training.distributed import maybe_initialize
-from longrm_jax.training.metrics import MetricsWriter, peak_flops, step_flops
 from longrm_jax.training.memory_plan import peak_device_gib, plan_train_step
 from longrm_jax.training.model_setup import load_model, model_config
 from longrm_jax.training.run_lock import RunLock
 from longrm_jax.training.state import create_state, lr_schedule, make_optimizer
 from longrm_jax.training.steps import StageSpec, jit_train_step, make_eval_step, make_train_step
+from longrm_jax.training.telemetry import MetricsWriter, peak_flops, step_flops
 
 
 class NonFiniteLossError(RuntimeError):
@@ -94,20 +98,19 @@ def _global_max_groups(host: dict) -> int:
     return int(np.max(multihost_utils.process_allgather(np.int32(local))))
 
 
-def _test_hook(name: str, step: int) -> bool:
-    """Fault injection for tests: env LONGRM_TEST_<NAME>=<step>."""
-    value = os.environ.get(f"LONGRM_TEST_{name}")
-    return value is not None and int(value) == step
-
-
-def degenerate_message(cfg: TrainConfig, degenerate: int, total: int, where: str) -> str:
+def degenerate_message(seq_len: int, degenerate: int, total: int, where: str) -> str:
     return (f"{degenerate} of {total} preference groups {where} have a rejected sequence identical to the chosen "
-            f"one after truncation to data.seq_len={cfg.data.seq_len} tokens, so they give no gradient: raise "
-            "data.seq_len (inspect the lengths with python -m longrm_jax.data.inspect) or check the data for "
+            f"one after truncation to data.seq_len={seq_len} tokens, so they give no gradient: raise "
+            "data.seq_len (inspect the lengths with python -m longrm_jax.data.inspect_data) or check the data for "
             "identical responses")
 
 
-def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
+# Called as on_step(step, event): event "trained" once step ``step``'s update is done (metrics logged), "saving"
+# right after that step's checkpoint save started (asynchronous saves are still writing). Tests inject faults here.
+StepCallback = Callable[[int, str], None]
+
+
+def run(cfg: TrainConfig, *, resume: bool = False, on_step: StepCallback | None = None) -> RunResult:
     """Train per ``cfg``; with ``resume`` continue from the newest checkpoint of ``checkpoint.dir``.
 
     Process 0 holds ``output_dir`` for the whole run (``training.run_lock``); metrics writers are closed however
@@ -116,20 +119,72 @@ def run(cfg: TrainConfig, *, resume: bool = False) -> RunResult:
     with contextlib.ExitStack() as stack:
         if jax.process_index() == 0:
             stack.enter_context(RunLock(cfg.output_dir))
-        return _run(cfg, resume, stack)
+        return _run(cfg, resume, stack, on_step or (lambda step, event: None))
 
 
-def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack) -> RunResult:
+@dataclass
+class _RunInputs:
+    """What the run trains on and for how long, decided before any model exists."""
+
+    mesh: object
+    seq_shards: int
+    slots: int | None  # k sequences per group row with data.layout rows, else None
+    tokenizer: object
+    records: object
+    eval_host: list
+    no_eval_reason: str | None
+    total_steps: int
+    num_rejects: int
+    ckpt_dir: str
+
+
+def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: StepCallback) -> RunResult:
+    inputs = _prepare_inputs(cfg, resume)
+    tx = make_optimizer(cfg.optim, inputs.total_steps)
+    schedule = lr_schedule(cfg.optim, inputs.total_steps)
+    state_key = jax.random.key(cfg.seed + 1)
+    cfg, plan, first_spec = _plan_step(cfg, inputs, tx, schedule, state_key)
+    writer = MetricsWriter(cfg.output_dir, tensorboard=cfg.tensorboard, append=resume)
+    stack.callback(writer.close)
+    _write_run_record(cfg, plan)
+
+    # Built outside the mesh context: abstract NNX models would try to read their logical axis names as mesh
+    # axes under it. Every array is placed with an explicit NamedSharding instead.
+    mcfg, codec, values = load_model(cfg, inputs.mesh, inputs.tokenizer)
+    state, state_sh = create_state(cfg, codec, values, tx, inputs.mesh, state_key)
+    del values
+    with jax.set_mesh(inputs.mesh):
+        ckpt = Checkpointer(inputs.ckpt_dir, keep=cfg.checkpoint.keep, async_save=cfg.checkpoint.async_save)
+        iterator = train_iterator(cfg, inputs.tokenizer, inputs.records)
+        state, start = _restore(ckpt, state, iterator, resume, inputs.ckpt_dir)
+        steps_by_groups = _StepsByGroups(cfg, codec, tx, schedule, state_sh, inputs, first_spec, plan.step)
+        eval_fn = _eval_step(cfg, codec, inputs)
+        result = RunResult(final_step=start, checkpoint_dir=inputs.ckpt_dir, no_eval_reason=inputs.no_eval_reason)
+        if cfg.eval_before and start == 0 and inputs.eval_host:
+            result.accuracy_before = _held_out_accuracy(eval_fn, state, inputs, writer, 0, "before")
+        state, step = _train_steps(cfg, inputs, mcfg, state, start, steps_by_groups, iterator, ckpt, writer,
+                                   result, on_step)
+        result.final_step = step
+        if result.degenerate_groups:
+            _log("WARNING: " + degenerate_message(cfg.data.seq_len, result.degenerate_groups, result.trained_groups,
+                                                  "trained"))
+        if cfg.eval_after and inputs.eval_host:
+            result.accuracy_after = _held_out_accuracy(eval_fn, state, inputs, writer, step, "after")
+        writer.close()
+        result.state = state
+    return result
+
+
+def _prepare_inputs(cfg: TrainConfig, resume: bool) -> _RunInputs:
+    """The mesh, tokenizer, training records, held-out batches, step count; a fresh run's old checkpoints are
+    cleared (or refused) here, before anything expensive."""
     m = cfg.mesh
     sizes = (m.data, m.fsdp, m.seq, m.tensor)
     devices = jax.devices()
     if -1 not in sizes and jax.process_count() == 1 and math.prod(sizes) < len(devices):
         devices = devices[: math.prod(sizes)]  # a fixed-size mesh on a larger host uses its first devices
     mesh = make_mesh(data=m.data, fsdp=m.fsdp, seq=m.seq, tensor=m.tensor, devices=devices)
-    seq_shards = int(mesh.shape["seq"])
-    slots = data_slots(cfg)  # k sequences per group row with data.layout rows, else None
-    slotted = slots is not None
-    tokenizer = load_tokenizer(cfg)
+    tokenizer = load_tokenizer(cfg.data)
     records = train_records(cfg)
     eval_host = eval_batches(cfg, tokenizer) if (cfg.eval_before or cfg.eval_after) else []
     no_eval_reason = None
@@ -143,139 +198,159 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack) -> RunResu
         per_epoch = count_batches(cfg, tokenizer, records)
         total_steps = max(1, math.ceil(cfg.epochs * per_epoch))
         _log(f"{per_epoch} batches per epoch -> {total_steps} steps for {cfg.epochs} epoch(s)")
-    num_rejects = 0 if cfg.stage == "sft" else cfg.data.num_rejects
     ckpt_dir = cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints")
-    if not resume and is_training_checkpoint(ckpt_dir):
-        if not cfg.checkpoint.overwrite:
-            raise FileExistsError(f"{ckpt_dir} already holds checkpoints of an earlier run: pass --resume to "
-                                  "continue it, --set checkpoint.overwrite=true to replace it, or another output_dir")
-        if jax.process_index() == 0:
-            shutil.rmtree(ckpt_dir)
-        if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
+    _clear_old_checkpoints(cfg, ckpt_dir, resume)
+    return _RunInputs(mesh=mesh, seq_shards=int(mesh.shape["seq"]), slots=data_slots(cfg), tokenizer=tokenizer,
+                      records=records, eval_host=eval_host, no_eval_reason=no_eval_reason, total_steps=total_steps,
+                      num_rejects=0 if cfg.stage == "sft" else cfg.data.num_rejects, ckpt_dir=ckpt_dir)
 
-            multihost_utils.sync_global_devices("longrm_checkpoint_dir_cleared")
-    tx = make_optimizer(cfg, total_steps)
-    schedule = lr_schedule(cfg, total_steps)
-    state_key = jax.random.key(cfg.seed + 1)
-    # Compile the step before loading any weights: a step that cannot fit stops here, in seconds, with the
-    # predicted memory and what to change (training.memory_plan); remat "auto" is resolved here.
-    first_spec = StageSpec(cfg.stage, num_rejects, _groups_bound(cfg, 1), slotted)
-    plan = plan_train_step(cfg, model_config(cfg, tokenizer), tx, schedule, first_spec, mesh, state_key)
+
+def _clear_old_checkpoints(cfg: TrainConfig, ckpt_dir: str, resume: bool) -> None:
+    if resume or not is_training_checkpoint(ckpt_dir):
+        return
+    if not cfg.checkpoint.overwrite:
+        raise FileExistsError(f"{ckpt_dir} already holds checkpoints of an earlier run: pass --resume to "
+                              "continue it, --set checkpoint.overwrite=true to replace it, or another output_dir")
+    if jax.process_index() == 0:
+        shutil.rmtree(ckpt_dir)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("longrm_checkpoint_dir_cleared")
+
+
+def _plan_step(cfg: TrainConfig, inputs: _RunInputs, tx, schedule, state_key):
+    """(cfg with remat resolved, the compiled step's plan, its StageSpec). The step is compiled before any
+    weights are loaded: a step that cannot fit stops here, in seconds, with the predicted memory and what to
+    change (training.memory_plan); remat "auto" is resolved here."""
+    first_spec = StageSpec(cfg.stage, inputs.num_rejects, _groups_bound(cfg, 1), inputs.slots is not None)
+    plan = plan_train_step(cfg, model_config(cfg, inputs.tokenizer), tx, schedule, first_spec, inputs.mesh,
+                           state_key)
     _log(plan.summary() + (f" (auto: tried {', '.join(plan.tried)})" if cfg.model.remat == "auto" else ""))
     if cfg.model.remat != plan.remat:
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, remat=plan.remat))
-    writer = MetricsWriter(cfg.output_dir, tensorboard=cfg.tensorboard, append=resume)
-    stack.callback(writer.close)
-    if jax.process_index() == 0:
-        from longrm_jax.training.config import to_yaml
+    return cfg, plan, first_spec
 
-        os.makedirs(cfg.output_dir, exist_ok=True)
-        with open(os.path.join(cfg.output_dir, "config.yaml"), "w") as f:
-            f.write(to_yaml(cfg))
-        plan.write(os.path.join(cfg.output_dir, "memory_plan.json"))
 
-    # Built outside the mesh context: abstract NNX models would try to read their logical axis names as mesh
-    # axes under it. Every array is placed with an explicit NamedSharding instead.
-    mcfg, codec, values = load_model(cfg, mesh, tokenizer)
-    state, state_sh = create_state(cfg, codec, values, tx, mesh, state_key)
-    del values
-    with jax.set_mesh(mesh):
-        ckpt = Checkpointer(ckpt_dir, keep=cfg.checkpoint.keep, async_save=cfg.checkpoint.async_save)
-        iterator = train_iterator(cfg, tokenizer, records)
-        start = 0
-        if resume and ckpt.latest_step() is not None:
-            state, data_state, start = ckpt.restore(state)
-            iterator.set_state(data_state)
-            _log(f"resumed from {ckpt_dir} at step {start}")
-        elif resume:
-            _log(f"--resume: no checkpoint in {ckpt_dir}; starting from scratch")
+def _write_run_record(cfg: TrainConfig, plan) -> None:
+    """The resolved config and the memory plan next to the run's metrics (process 0)."""
+    if jax.process_index() != 0:
+        return
+    os.makedirs(cfg.output_dir, exist_ok=True)
+    with open(os.path.join(cfg.output_dir, "config.yaml"), "w") as f:
+        f.write(to_yaml(cfg))
+    plan.write(os.path.join(cfg.output_dir, "memory_plan.json"))
 
-        step_fns: dict[int, object] = {first_spec.max_groups: plan.step}
 
-        def step_for(groups: int):
-            """The jitted step compiled for ``groups`` groups per row (a static shape of the reductions)."""
-            bound = _groups_bound(cfg, groups)
-            if bound not in step_fns:
-                spec = StageSpec(cfg.stage, num_rejects, bound, slotted)
-                step_fns[bound] = jit_train_step(make_train_step(cfg, codec, tx, spec, schedule), state_sh,
-                                                 batch_lib.batch_shardings(mesh, slotted=slotted))
-            return step_fns[bound]
+def _restore(ckpt: Checkpointer, state, iterator, resume: bool, ckpt_dir: str):
+    """(state, first step): the newest checkpoint's with ``resume``, else the fresh state at step 0."""
+    if resume and ckpt.latest_step() is not None:
+        state, data_state, start = ckpt.restore(state)
+        iterator.set_state(data_state)
+        _log(f"resumed from {ckpt_dir} at step {start}")
+        return state, start
+    if resume:
+        _log(f"--resume: no checkpoint in {ckpt_dir}; starting from scratch")
+    return state, 0
 
-        eval_groups = max([int(np.max(b["num_groups"])) for b in eval_host] + [1])
-        eval_fn = make_eval_step(cfg, codec, StageSpec(cfg.stage, cfg.data.num_rejects,
-                                                       _groups_bound(cfg, eval_groups), slotted))
-        result = RunResult(final_step=start, checkpoint_dir=ckpt_dir, no_eval_reason=no_eval_reason)
-        if cfg.eval_before and start == 0 and eval_host:
-            result.accuracy_before = evaluate(eval_fn, state, eval_host, mesh, seq_shards, slots)
-            _log(f"held-out pairwise accuracy before training: {100 * result.accuracy_before:.1f}%")
-            writer.write(0, {"accuracy": result.accuracy_before}, prefix="eval")
 
-        peak = peak_flops(list(mesh.devices.flat))
-        last_saved = start
-        bar = tqdm(total=total_steps, initial=start, desc=f"train {cfg.stage}", dynamic_ncols=True,
-                   disable=not cfg.progress or jax.process_index() != 0)
-        step = start
-        try:
-            while step < total_steps:
-                host = next(iterator)  # this process's rows of the global batch
-                if num_rejects:
-                    bad, groups = degenerate_groups(host, 1 + num_rejects)
-                    if step == start and groups and bad == groups:
-                        raise DegenerateDataError(degenerate_message(cfg, bad, groups, "of the first batch"))
-                    result.degenerate_groups += bad
-                    result.trained_groups += groups
-                step_fn = step_for(_global_max_groups(host))
-                batch = batch_lib.to_global(batch_lib.prepare(host, seq_shards=seq_shards, slots=slots), mesh)
-                t0 = time.perf_counter()
-                state, metrics = step_fn(state, batch)
-                metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                dt = time.perf_counter() - t0
-                step += 1
-                if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])):
-                    ckpt.wait()
-                    good = ckpt.latest_step()
-                    raise NonFiniteLossError(
-                        f"non-finite loss ({metrics['loss']}) or gradient norm ({metrics['grad_norm']}) at step "
-                        f"{step}; stopping without saving it. Last good checkpoint: "
-                        f"{'step ' + str(good) + ' in ' + ckpt_dir if good is not None else 'none'}")
-                tokens = metrics.pop("tokens")
-                metrics.pop("count")
-                # The LM head runs on the trained tokens only, unless tokens are sharded over seq (steps.py).
-                head_tokens = None if seq_shards > 1 else int((host["loss_mask"] > 0).sum())
-                flops = step_flops(mcfg, cfg.head, host["segment_ids"], head_tokens=head_tokens) * jax.process_count()
-                metrics["tokens_per_s"] = tokens / dt
-                metrics["step_s"] = dt
-                metrics["mfu"] = flops / dt / peak if peak else None
-                metrics["peak_gib"] = peak_device_gib(mesh)
-                result.last_metrics = metrics
-                if step % cfg.log_every == 0 or step == total_steps:
-                    writer.write(step, metrics)
-                bar.update(1)
-                bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{metrics['tokens_per_s']:.0f}")
-                if _test_hook("KILL_AT_STEP", step):
-                    os.kill(os.getpid(), signal.SIGKILL)
-                if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
-                    ckpt.save(step, state, iterator.get_state(), cfg.to_dict(), mcfg)
-                    last_saved = step
-                    if _test_hook("KILL_DURING_SAVE", step):
-                        os.kill(os.getpid(), signal.SIGKILL)
-            if last_saved != step and cfg.checkpoint.at_end:
+class _StepsByGroups:
+    """The jitted train step compiled for a number of groups per row (a static shape of the reductions): the
+    planned one first, one more compilation per larger bound met."""
+
+    def __init__(self, cfg: TrainConfig, codec, tx, schedule, state_sh, inputs: _RunInputs, first_spec, first_step):
+        self.cfg, self.codec, self.tx, self.schedule, self.state_sh = cfg, codec, tx, schedule, state_sh
+        self.num_rejects, self.slotted = inputs.num_rejects, inputs.slots is not None
+        self.batch_sh = batch_lib.batch_shardings(inputs.mesh, slotted=self.slotted)
+        self.compiled: dict[int, object] = {first_spec.max_groups: first_step}
+
+    def __call__(self, groups: int):
+        bound = _groups_bound(self.cfg, groups)
+        if bound not in self.compiled:
+            spec = StageSpec(self.cfg.stage, self.num_rejects, bound, self.slotted)
+            self.compiled[bound] = jit_train_step(make_train_step(self.cfg, self.codec, self.tx, spec, self.schedule),
+                                                  self.state_sh, self.batch_sh)
+        return self.compiled[bound]
+
+
+def _eval_step(cfg: TrainConfig, codec, inputs: _RunInputs):
+    eval_groups = max([int(np.max(b["num_groups"])) for b in inputs.eval_host] + [1])
+    return make_eval_step(cfg, codec, StageSpec(cfg.stage, cfg.data.num_rejects, _groups_bound(cfg, eval_groups),
+                                                inputs.slots is not None))
+
+
+def _held_out_accuracy(eval_fn, state, inputs: _RunInputs, writer: MetricsWriter, step: int, when: str) -> float:
+    accuracy = evaluate(eval_fn, state, inputs.eval_host, inputs.mesh, inputs.seq_shards, inputs.slots)
+    _log(f"held-out pairwise accuracy {when} training: {100 * accuracy:.1f}%")
+    writer.write(step, {"accuracy": accuracy}, prefix="eval")
+    return accuracy
+
+
+def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, steps_by_groups: _StepsByGroups,
+                 iterator, ckpt: Checkpointer, writer: MetricsWriter, result: RunResult, on_step: StepCallback):
+    """The step loop from ``start`` to ``total_steps``: batches, updates, metrics, periodic and final saves.
+    Returns (final state, steps done); the iterator and checkpointer are closed however it ends."""
+    total_steps, num_rejects = inputs.total_steps, inputs.num_rejects
+    peak = peak_flops(list(inputs.mesh.devices.flat))
+    last_saved = start
+    bar = tqdm(total=total_steps, initial=start, desc=f"train {cfg.stage}", dynamic_ncols=True,
+               disable=not cfg.progress or jax.process_index() != 0)
+    step = start
+    try:
+        while step < total_steps:
+            host = next(iterator)  # this process's rows of the global batch
+            if num_rejects:
+                bad, groups = degenerate_groups(host, 1 + num_rejects)
+                if step == start and groups and bad == groups:
+                    raise DegenerateDataError(degenerate_message(cfg.data.seq_len, bad, groups, "of the first batch"))
+                result.degenerate_groups += bad
+                result.trained_groups += groups
+            step_fn = steps_by_groups(_global_max_groups(host))
+            batch = batch_lib.to_global(batch_lib.prepare(host, seq_shards=inputs.seq_shards, slots=inputs.slots),
+                                        inputs.mesh)
+            t0 = time.perf_counter()
+            state, metrics = step_fn(state, batch)
+            metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+            dt = time.perf_counter() - t0
+            step += 1
+            if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])):
+                ckpt.wait()
+                good = ckpt.latest_step()
+                raise NonFiniteLossError(
+                    f"non-finite loss ({metrics['loss']}) or gradient norm ({metrics['grad_norm']}) at step "
+                    f"{step}; stopping without saving it. Last good checkpoint: "
+                    f"{'step ' + str(good) + ' in ' + inputs.ckpt_dir if good is not None else 'none'}")
+            metrics = _throughput(metrics, mcfg, cfg.head, host, inputs, dt, peak)
+            result.last_metrics = metrics
+            if step % cfg.log_every == 0 or step == total_steps:
+                writer.write(step, metrics)
+            bar.update(1)
+            bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{metrics['tokens_per_s']:.0f}")
+            on_step(step, "trained")
+            if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
                 ckpt.save(step, state, iterator.get_state(), cfg.to_dict(), mcfg)
-        finally:
-            bar.close()
-            ckpt.close()
-            iterator.close()
-            if step < total_steps:  # stopped by an error: flush what was logged
-                writer.close()
-        result.final_step = step
-        if result.degenerate_groups:
-            _log("WARNING: " + degenerate_message(cfg, result.degenerate_groups, result.trained_groups,
-                                                  "trained"))
-        if cfg.eval_after and eval_host:
-            result.accuracy_after = evaluate(eval_fn, state, eval_host, mesh, seq_shards, slots)
-            _log(f"held-out pairwise accuracy after training: {100 * result.accuracy_after:.1f}%")
-            writer.write(step, {"accuracy": result.accuracy_after}, prefix="eval")
-        writer.close()
-        result.state = state
-    return result
+                last_saved = step
+                on_step(step, "saving")
+        if last_saved != step and cfg.checkpoint.at_end:
+            ckpt.save(step, state, iterator.get_state(), cfg.to_dict(), mcfg)
+    finally:
+        bar.close()
+        ckpt.close()
+        iterator.close()
+        if step < total_steps:  # stopped by an error: flush what was logged
+            writer.close()
+    return state, step
+
+
+def _throughput(metrics: dict, mcfg, head: str, host: dict, inputs: _RunInputs, dt: float, peak) -> dict:
+    """The step's metrics with tokens/s, step time, MFU and peak device memory in place of its token counts."""
+    tokens = metrics.pop("tokens")
+    metrics.pop("count")
+    # The LM head runs on the trained tokens only, unless tokens are sharded over seq (steps.py).
+    head_tokens = None if inputs.seq_shards > 1 else int((host["loss_mask"] > 0).sum())
+    flops = step_flops(mcfg, head, host["segment_ids"], head_tokens=head_tokens) * jax.process_count()
+    metrics["tokens_per_s"] = tokens / dt
+    metrics["step_s"] = dt
+    metrics["mfu"] = flops / dt / peak if peak else None
+    metrics["peak_gib"] = peak_device_gib(inputs.mesh)
+    return metrics

@@ -5,8 +5,9 @@ batch axis). Its logical names decide the view: weights whose first non-layer ax
 dimension (q/k/v/gate/up projections: in = D); the others write it (o/down projections: out = D). A is
 initialised like peft (uniform +-1/sqrt(in)), B at zero, so training starts from the base model exactly.
 
-The merge is applied to the frozen base inside the jitted step and at export (``merge``), so every consumer of
-the model sees ordinary weights. It costs one rank-r matmul per targeted weight per step.
+The merge is applied to the frozen base inside the jitted step and when a training checkpoint is loaded
+(``effective_params``, the one place that does it), so every consumer of the model sees ordinary weights. It
+costs one rank-r matmul per targeted weight per step.
 """
 
 from __future__ import annotations
@@ -83,3 +84,17 @@ def merge(base: Mapping[str, jax.Array], adapters: Mapping[str, jax.Array], *, a
         delta = jnp.einsum("...ir,...ro->...io", a.astype(jnp.float32), b.astype(jnp.float32)) * scale
         merged[k] = (w.astype(jnp.float32) + delta.reshape(w.shape)).astype(w.dtype)
     return merged
+
+
+def is_adapter(key: str) -> bool:
+    return key.endswith(("/lora_a", "/lora_b"))
+
+
+def effective_params(trainable: Mapping, frozen: Mapping, *, alpha: float, rank: int) -> dict:
+    """The weights the model runs with: full fine-tuning (``frozen`` empty) ``trainable`` itself; LoRA the frozen
+    base plus the fully trained modules of ``trainable``, with every adapter's delta merged in."""
+    if not frozen:
+        return dict(trainable)
+    adapters = {k: v for k, v in trainable.items() if is_adapter(k)}
+    base = dict(frozen) | {k: v for k, v in trainable.items() if k not in adapters}
+    return merge(base, adapters, alpha=alpha, rank=rank)

@@ -15,7 +15,7 @@ from flax import nnx
 from longrm_jax.models import ModelConfig, build_model
 from longrm_jax.training.config import TrainConfig
 from longrm_jax.training.params import ParamCodec, shardings
-from longrm_jax.training.state import param_rules
+from longrm_jax.training.state import param_sharding_rules
 
 # Architectures for random init. vocab_size / token ids of the tiny ones come from the run's tokenizer.
 PRESETS: dict[str, dict] = {
@@ -75,6 +75,18 @@ def codec_for(mcfg: ModelConfig) -> ParamCodec:
     return ParamCodec(nnx.eval_shape(lambda: build_model(mcfg, rngs=nnx.Rngs(0))))
 
 
+def trained_model(directory: str, step: int | None = None):
+    """An NNX model (CausalLM or SequenceClassifier) with a training checkpoint's weights, LoRA merged, in
+    float32 compute: what ``python -m longrm_jax.export`` writes with ``hf.save.save_pretrained``."""
+    import jax.numpy as jnp
+
+    from longrm_jax.training.checkpoint import load_trained_weights
+
+    mcfg, params = load_trained_weights(directory, step)
+    mcfg = mcfg.replace(dtype="float32", remat="none")
+    return codec_for(mcfg).model({k: jnp.asarray(v) for k, v in params.items()})
+
+
 def model_config(cfg: TrainConfig, tokenizer=None) -> ModelConfig:
     """The ModelConfig ``load_model`` will build, read without loading any weights (config.json of an HF
     checkpoint, the metadata of a training checkpoint, or the preset)."""
@@ -100,7 +112,7 @@ def load_model(cfg: TrainConfig, mesh, tokenizer=None) -> tuple[ModelConfig, Par
     init = cfg.model.init
     if init is None:
         mcfg = with_training_numerics(preset_config(cfg, tokenizer), cfg)
-        codec, values = init_random(mcfg, mesh, cfg.seed, param_rules(cfg))
+        codec, values = init_random(mcfg, mesh, cfg.seed, param_sharding_rules(cfg.mesh.param_axes))
         return mcfg, codec, values
     if not os.path.isdir(init):
         raise FileNotFoundError(f"model.init: {init} is not a directory (HF checkpoint or training checkpoint)")
@@ -111,7 +123,8 @@ def load_model(cfg: TrainConfig, mesh, tokenizer=None) -> tuple[ModelConfig, Par
     mcfg, values = load_trained_weights(init)
     mcfg = with_training_numerics(mcfg, cfg)
     codec = codec_for(mcfg)
-    values = jax.device_put(values, shardings(codec.specs(mesh, param_rules(cfg)), mesh))
+    rules = param_sharding_rules(cfg.mesh.param_axes)
+    values = jax.device_put(values, shardings(codec.specs(mesh, rules), mesh))
     return mcfg, codec, values
 
 
@@ -124,5 +137,6 @@ def _load_hf(cfg: TrainConfig, path: str, mesh) -> tuple[ModelConfig, ParamCodec
     if cfg.model.overrides:
         mcfg = mcfg.replace(**cfg.model.overrides)
     codec = codec_for(mcfg)
-    values = jax.device_put(ParamCodec(model).values(model), shardings(codec.specs(mesh, param_rules(cfg)), mesh))
+    rules = param_sharding_rules(cfg.mesh.param_axes)
+    values = jax.device_put(ParamCodec(model).values(model), shardings(codec.specs(mesh, rules), mesh))
     return mcfg, codec, values

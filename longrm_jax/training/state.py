@@ -3,7 +3,7 @@
 Full fine-tuning: ``params`` holds every model parameter, ``frozen`` is empty. LoRA: ``params`` holds the
 adapters (``.../lora_a``, ``.../lora_b``; the score head too when it is a LoRA target, as upstream's DisRM) and
 the fully trained modules (``lora.train_modules``, e.g. a new score head), ``frozen`` the base weights.
-``effective_params`` gives the weights the model runs with in both cases.
+``lora.effective_params`` gives the weights the model runs with in both cases.
 
 Master weights and optimizer state live in ``model.param_dtype`` (fp32 by default); the model casts weights to
 its compute dtype inside each layer, so gradients arrive in the master dtype.
@@ -20,7 +20,7 @@ from flax import struct
 from jax.sharding import PartitionSpec as P
 
 from longrm_jax.training import lora
-from longrm_jax.training.config import TrainConfig
+from longrm_jax.training.config import LoraSection, OptimSection, TrainConfig
 from longrm_jax.training.params import ParamCodec, cast, shardings
 
 
@@ -32,64 +32,53 @@ class TrainState:
     opt_state: optax.OptState
 
 
-def lr_schedule(cfg: TrainConfig, total_steps: int) -> optax.Schedule:
+def lr_schedule(optim: OptimSection, total_steps: int) -> optax.Schedule:
     """Linear warmup from 0 over ceil(warmup_ratio * steps), then cosine to min_lr_ratio * lr."""
-    o = cfg.optim
-    warmup = min(math.ceil(o.warmup_ratio * total_steps), max(total_steps - 1, 0))
+    warmup = min(math.ceil(optim.warmup_ratio * total_steps), max(total_steps - 1, 0))
     return optax.warmup_cosine_decay_schedule(
-        init_value=0.0 if warmup else o.lr,
-        peak_value=o.lr,
+        init_value=0.0 if warmup else optim.lr,
+        peak_value=optim.lr,
         warmup_steps=warmup,
         decay_steps=max(total_steps, warmup + 1),
-        end_value=o.lr * o.min_lr_ratio,
+        end_value=optim.lr * optim.min_lr_ratio,
     )
 
 
-def make_optimizer(cfg: TrainConfig, total_steps: int) -> optax.GradientTransformation:
-    o = cfg.optim
+def make_optimizer(optim: OptimSection, total_steps: int) -> optax.GradientTransformation:
     parts = []
-    if o.grad_clip and o.grad_clip > 0:
-        parts.append(optax.clip_by_global_norm(o.grad_clip))
-    parts.append(
-        optax.adamw(lr_schedule(cfg, total_steps), b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay)
-    )
+    if optim.grad_clip and optim.grad_clip > 0:
+        parts.append(optax.clip_by_global_norm(optim.grad_clip))
+    parts.append(optax.adamw(lr_schedule(optim, total_steps), b1=optim.b1, b2=optim.b2, eps=optim.eps,
+                             weight_decay=optim.weight_decay))
     return optax.chain(*parts)
 
 
-def split_trainable(cfg: TrainConfig, codec: ParamCodec, values: dict, key) -> tuple[dict, dict]:
-    """(trainable, frozen) flat dicts for full fine-tuning or LoRA."""
-    if cfg.lora.rank <= 0:
+def split_trainable(lora_cfg: LoraSection, codec: ParamCodec, values: dict, key) -> tuple[dict, dict]:
+    """(trainable, frozen) flat dicts for full fine-tuning or LoRA (``lora_cfg``: the run's ``lora`` section)."""
+    if lora_cfg.rank <= 0:
         return dict(values), {}
-    targets = lora.select_targets(values.keys(), cfg.lora.targets)
-    full = set(lora.select_train_modules(values.keys(), cfg.lora.train_modules))
+    targets = lora.select_targets(values.keys(), lora_cfg.targets)
+    full = set(lora.select_train_modules(values.keys(), lora_cfg.train_modules))
     names = {k: codec.logical_names(k) for k in targets}
-    adapters = lora.init_adapters({k: values[k].shape for k in targets}, names, targets, cfg.lora.rank, key)
+    adapters = lora.init_adapters({k: values[k].shape for k in targets}, names, targets, lora_cfg.rank, key)
     trainable = {k: values[k] for k in full} | adapters
     frozen = {k: v for k, v in values.items() if k not in full}
     return trainable, frozen
 
 
-def effective_params(cfg: TrainConfig, state_params: dict, frozen: dict) -> dict:
-    """The weights the model runs with (LoRA deltas merged into the frozen base)."""
-    if not frozen:
-        return state_params
-    adapters = {k: v for k, v in state_params.items() if k.endswith(("/lora_a", "/lora_b"))}
-    base = frozen | {k: v for k, v in state_params.items() if k not in adapters}
-    return lora.merge(base, adapters, alpha=cfg.lora.alpha, rank=cfg.lora.rank)
-
-
-def param_rules(cfg: TrainConfig) -> dict:
-    """Logical -> mesh rules for parameters: the defaults with ``embed`` over ``mesh.param_axes``."""
+def param_sharding_rules(param_axes) -> dict:
+    """Logical -> mesh axis rules for parameters: the defaults with ``embed`` over ``param_axes``
+    (``mesh.param_axes``)."""
     from longrm_jax.parallel.mesh import DEFAULT_RULES
 
-    axes = tuple(cfg.mesh.param_axes)
+    axes = tuple(param_axes)
     return DEFAULT_RULES | {"embed": axes[0] if len(axes) == 1 else (axes or None)}
 
 
 def state_specs(cfg: TrainConfig, codec: ParamCodec, tx, trainable: dict, frozen: dict, mesh) -> TrainState:
     """PartitionSpecs for every leaf of the train state: parameters fsdp-style from their logical names,
     adapters replicated, optimizer moments like their parameters, scalars replicated."""
-    base = codec.specs(mesh, param_rules(cfg))
+    base = codec.specs(mesh, param_sharding_rules(cfg.mesh.param_axes))
     param_specs = {k: base.get(k, P()) for k in trainable}
     abstract = jax.eval_shape(tx.init, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), trainable))
     opt_specs = optax.tree_map_params(
@@ -102,7 +91,7 @@ def state_specs(cfg: TrainConfig, codec: ParamCodec, tx, trainable: dict, frozen
 def create_state(cfg: TrainConfig, codec: ParamCodec, values: dict, tx, mesh, key) -> tuple[TrainState, TrainState]:
     """Place the initial state on ``mesh`` (sharded) and return it with its sharding tree."""
     dtype = jnp.dtype(cfg.model.param_dtype)
-    trainable, frozen = split_trainable(cfg, codec, values, key)
+    trainable, frozen = split_trainable(cfg.lora, codec, values, key)
     trainable, frozen = cast(trainable, dtype), cast(frozen, dtype)
     specs = state_specs(cfg, codec, tx, trainable, frozen, mesh)
     sh = shardings(specs, mesh)
@@ -120,7 +109,7 @@ def abstract_state(cfg: TrainConfig, codec: ParamCodec, tx, mesh, key) -> tuple[
     dtype = jnp.dtype(cfg.model.param_dtype)
 
     def build(values):
-        trainable, frozen = split_trainable(cfg, codec, values, key)
+        trainable, frozen = split_trainable(cfg.lora, codec, values, key)
         trainable, frozen = cast(trainable, dtype), cast(frozen, dtype)
         return TrainState(jnp.zeros((), jnp.int32), trainable, frozen, tx.init(trainable))
 

@@ -29,9 +29,10 @@ import optax
 
 from longrm_jax import losses
 from longrm_jax.ops import cudnn_packed
-from longrm_jax.training.config import TrainConfig
+from longrm_jax.training.config import LossSection, TrainConfig
 from longrm_jax.training.params import ParamCodec
-from longrm_jax.training.state import TrainState, effective_params
+from longrm_jax.training.lora import effective_params
+from longrm_jax.training.state import TrainState
 
 METRIC_KEYS = ("loss", "chosen_reward", "rejected_reward", "accuracy", "margin")
 
@@ -70,9 +71,9 @@ def batch_count(batch: dict, spec: StageSpec, reduction: str = "global_tokens") 
     return item_count(batch, spec)
 
 
-def group_values(model, batch: dict, cfg: TrainConfig, spec: StageSpec):
+def group_values(model, batch: dict, spec: StageSpec, chunk_tokens: int):
     """(chosen [B, G], rejected [B, G, R], valid [B, G]) of the stage's quantity: pi (mean response log-prob)
-    for sft / simpo, the score at the segment's last token for bt."""
+    for sft / simpo, the score at the segment's last token for bt. ``chunk_tokens``: ``loss.chunk_tokens``."""
     b = batch["input_ids"].shape[0]
     if spec.slotted:
         # One sequence per row: rows [B * k, L], each its own segment 1; the model sees no segment ids (right
@@ -86,15 +87,16 @@ def group_values(model, batch: dict, cfg: TrainConfig, spec: StageSpec):
         scores = model.token_scores(rows["input_ids"], rows["positions"], attn_seg)[..., 0].astype(jnp.float32)
         vals = losses.segment_last_values(scores, rows["last_token_mask"], seg, num_segments)
     else:
-        lp = token_logprobs(model, rows, cfg, packed=not spec.slotted)
+        lp = token_logprobs(model, rows, chunk_tokens, packed=not spec.slotted)
         vals, _ = losses.segment_mean_logprobs(lp, rows["target_mask"], seg, num_segments)
     vals = vals.reshape(b, spec.max_groups, 1 + spec.num_rejects)
     valid = jnp.arange(spec.max_groups)[None, :] < batch["num_groups"][:, None]
     return vals[..., 0], vals[..., 1:], valid
 
 
-def token_logprobs(model, batch: dict, cfg: TrainConfig, packed: bool = True) -> jax.Array:
-    """[B, T] log-prob of each target token; ``packed=False``: one sequence per row, attention without segments."""
+def token_logprobs(model, batch: dict, chunk_tokens: int, packed: bool = True) -> jax.Array:
+    """[B, T] log-prob of each target token, the LM head's fp32 logits ``chunk_tokens`` at a time;
+    ``packed=False``: one sequence per row, attention without segments."""
     seg = batch["segment_ids"] if packed else None
     hidden = model.hidden_states(batch["input_ids"], batch["positions"], seg)
     # Only the trained (response) tokens' log-probs are read: the LM head skips chunks without one, unless the
@@ -102,7 +104,7 @@ def token_logprobs(model, batch: dict, cfg: TrainConfig, packed: bool = True) ->
     needed = None if lm_head_on_all_tokens() else batch["target_mask"] > 0
     # The head in the compute dtype (bf16 matmuls on accelerators); logits accumulate in fp32 chunk by chunk.
     return losses.token_logprobs(hidden, model.lm_head_weight().astype(hidden.dtype), batch["targets"],
-                                 chunk_tokens=cfg.loss.chunk_tokens, needed_bt=needed)
+                                 chunk_tokens=chunk_tokens, needed_bt=needed)
 
 
 def lm_head_on_all_tokens() -> bool:
@@ -111,12 +113,12 @@ def lm_head_on_all_tokens() -> bool:
     return not mesh.empty and dict(mesh.shape).get("seq", 1) > 1
 
 
-def loss_sums(model, batch: dict, cfg: TrainConfig, spec: StageSpec) -> tuple[jax.Array, dict]:
+def loss_sums(model, batch: dict, lc: LossSection, spec: StageSpec) -> tuple[jax.Array, dict]:
     """(summed loss, summed metrics) over a microbatch. SFT sums token NLLs (``global_tokens``) or per-sample
     token means (``upstream``)."""
     if spec.stage == "sft":
-        lp = token_logprobs(model, batch, cfg)
-        if cfg.loss.reduction == "upstream":
+        lp = token_logprobs(model, batch, lc.chunk_tokens)
+        if lc.reduction == "upstream":
             mean_lp, counts = losses.segment_mean_logprobs(lp, batch["target_mask"], batch["segment_ids"],
                                                            spec.num_segments)
             nll = -(mean_lp * (counts > 0)).sum()
@@ -124,8 +126,7 @@ def loss_sums(model, batch: dict, cfg: TrainConfig, spec: StageSpec) -> tuple[ja
             nll = losses.sft_loss(lp, batch["target_mask"]).sum()
         zero = jnp.zeros((), jnp.float32)
         return nll, {"loss": nll, "chosen_reward": zero, "rejected_reward": zero, "accuracy": zero, "margin": zero}
-    chosen, rejected, valid = group_values(model, batch, cfg, spec)
-    lc = cfg.loss
+    chosen, rejected, valid = group_values(model, batch, spec, lc.chunk_tokens)
     if spec.stage == "simpo":
         per = losses.simpo_loss(chosen, rejected, beta=lc.beta, gamma=lc.gamma,
                                 label_smoothing=lc.label_smoothing, nll_weight=lc.nll_weight,
@@ -189,8 +190,8 @@ def make_train_step(cfg: TrainConfig, codec: ParamCodec, tx, spec: StageSpec, sc
             nonempty = jnp.maximum((per_micro > 0).sum().astype(jnp.float32), 1.0)
 
         def micro_loss(params, mb):
-            model = codec.model(effective_params(cfg, params, state.frozen))
-            total, sums = loss_sums(model, mb, cfg, spec)
+            model = codec.model(effective_params(params, state.frozen, alpha=cfg.lora.alpha, rank=cfg.lora.rank))
+            total, sums = loss_sums(model, mb, cfg.loss, spec)
             if reduction == "upstream":
                 return total / item_count(mb, spec) / nonempty, sums
             return total / norm, sums
@@ -274,9 +275,9 @@ def make_eval_step(cfg: TrainConfig, codec: ParamCodec, spec: StageSpec) -> Call
     reward (bt score; beta * pi otherwise) for held-out pairs."""
 
     def evaluate(params, frozen, batch):
-        model = codec.model(effective_params(cfg, params, frozen))
+        model = codec.model(effective_params(params, frozen, alpha=cfg.lora.alpha, rank=cfg.lora.rank))
         eval_spec = spec if spec.stage != "sft" else dataclasses.replace(spec, stage="simpo")
-        chosen, rejected, valid = group_values(model, batch, cfg, eval_spec)
+        chosen, rejected, valid = group_values(model, batch, eval_spec, cfg.loss.chunk_tokens)
         return chosen, rejected.mean(-1), valid
 
     return jax.jit(evaluate)

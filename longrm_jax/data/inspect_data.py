@@ -1,6 +1,6 @@
 """Inspect a dataset as the trainer will see it.
 
-    python -m longrm_jax.data.inspect --data PATH --tokenizer DIR [--format auto] [--split S]
+    python -m longrm_jax.data.inspect_data --data PATH --tokenizer DIR [--format auto] [--split S]
         [--max-length N] [--num-rejects R] [--sample I] [--limit N] [--skip-bad-rows]
 
 Prints: row counts (and skipped bad rows), a text histogram of sequence lengths (tokens), what the training
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _inspect(argv: Sequence[str]) -> int:
     from longrm_jax.cli_support import add_debug_flag
 
-    p = argparse.ArgumentParser(prog="python -m longrm_jax.data.inspect", description="Inspect a dataset as the trainer will see it: counts, length "
+    p = argparse.ArgumentParser(prog="python -m longrm_jax.data.inspect_data", description="Inspect a dataset as the trainer will see it: counts, length "
                                 "histogram, truncations, packing, one sample with its loss mask.")
     p.add_argument("--data", required=True, help="a .jsonl/.json/.parquet file or a save_to_disk directory")
     p.add_argument("--tokenizer", required=True,

@@ -20,7 +20,7 @@ import numpy as np
 from flax import nnx
 
 from longrm_jax.hf.safetensors_io import save_file
-from longrm_jax.hf.weights import param_rules, to_hf
+from longrm_jax.hf.weights import to_hf, weight_rules
 from longrm_jax.models.config import ModelConfig, to_hf_config
 
 DEFAULT_MAX_SHARD_BYTES = 5 * 10**9
@@ -63,7 +63,7 @@ def hf_tensors(model_or_params, cfg: ModelConfig, dtype=None):
     """Yield (HF name, numpy array in HF layout) for every tensor, in checkpoint order."""
     params = model_or_params if isinstance(model_or_params, dict) and all(
         isinstance(k, tuple) for k in model_or_params) else _named_params(model_or_params)
-    rules = param_rules(list(params), cfg)
+    rules = weight_rules(list(params), cfg)
     np_dtype = None if dtype is None else np.dtype(jax.numpy.dtype(dtype))
 
     def convert(rule, arr):

@@ -1,6 +1,6 @@
-"""Tiny random Hugging Face checkpoints built locally (tests, smoke runs; no hub access).
+"""Tiny random Hugging Face checkpoints built locally for tests (no hub access).
 
-Needs torch and transformers (the ``test`` extra); imported lazily so the package does not.
+Needs torch and transformers (the ``test`` extra), imported inside the builders.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Test-only helpers: builders and drivers the library does not ship."""
