@@ -70,12 +70,13 @@ def _train(argv: list[str]) -> int:
         from longrm_jax.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
 
         add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)
+    from longrm_jax.data.pipeline import NoTrainableDataError
     from longrm_jax.training.loop import DegenerateDataError, NonFiniteLossError, run
     from longrm_jax.training.run_lock import RunDirLockedError
 
     try:
         result = run(cfg, resume=args.resume)
-    except (NonFiniteLossError, DegenerateDataError) as e:
+    except (NonFiniteLossError, DegenerateDataError, NoTrainableDataError) as e:
         if args.debug:
             raise
         print(f"error: {e}", file=sys.stderr)

@@ -13,7 +13,7 @@ import pytest
 from longrm_jax.data.packing import pack_batches
 from longrm_jax.data.records import PreferenceRecord, Provenance
 from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
-from longrm_jax.data.tokenize import ChatTokenizer
+from longrm_jax.data.tokenize import ChatTokenizer, TruncationStats
 from longrm_jax.train import DEFAULT_CONFIG, main
 from longrm_jax.training import loop
 from longrm_jax.training.config import load_config
@@ -24,27 +24,40 @@ TINY = ["data.batch_rows=2", "data.num_train=4", "steps=1", "eval_before=false",
         "tensorboard=false", "progress=false"]
 
 
-def test_degenerate_groups_counts_identical_pairs():
+def test_identical_pairs_are_dropped_by_the_packer_and_counted():
+    """The packer drops a group whose rejected equals its chosen (counted, logged); the trainer's own check
+    (degenerate_groups) then sees only trainable groups."""
     tok = ChatTokenizer.from_dir(TINY_TOKENIZER_DIR)
     prompt = ({"role": "user", "content": "Which is better?"},)
     same = PreferenceRecord(prompt, "the same answer", ("the same answer",), Provenance("t", 0))
     differ = PreferenceRecord(prompt, "a good answer", ("a bad answer",), Provenance("t", 1))
     groups = [tok.tokenize(r, 1) for r in (same, differ, same)]
-    (batch,) = pack_batches(groups, (512,), 1, 2, tok.pad_id, tok.eos_id)
-    assert degenerate_groups(batch, 2) == (2, 3)
+    stats = TruncationStats()
+    (batch,) = pack_batches(groups, (512,), 1, 2, tok.pad_id, tok.eos_id, "right", stats)
+    assert stats.as_dict()["identical_pairs_dropped"] == 2
+    assert degenerate_groups(batch, 2) == (0, 1)
 
 
 def test_rows_truncated_to_identical_pairs_stop_the_run(tmp_path, capsys):
-    # Haystacks of 400 tokens in rows of 128: truncation leaves only the shared prompt, so chosen == rejected.
-    # This used to train with margin 1e-6 and accuracy 0, exit 0.
-    args = ["--set", "data.seq_len=128", "--set", "data.synthetic.lengths=[400]"] + \
+    # Haystacks of 400 tokens in rows of 128, cut on the right (upstream's literal rule): only the shared prompt
+    # is left, so chosen == rejected and every pair is dropped. This used to train with margin 1e-6 and
+    # accuracy 0, exit 0 (and, once such pairs were dropped, to wait forever for a first batch).
+    args = ["--set", "data.seq_len=128", "--set", "data.synthetic.lengths=[400]", "--set", "data.truncation=right"] + \
         [x for kv in TINY for x in ("--set", kv)] + ["--set", f"output_dir={tmp_path / 'run'}"]
     assert main(args) == 3
-    assert capsys.readouterr().err == (
-        "error: 2 of 2 preference groups of the first batch have a rejected sequence identical to the chosen one "
-        "after truncation to data.seq_len=128 tokens, so they give no gradient: raise data.seq_len (inspect the "
-        "lengths with python -m longrm_jax.data.inspect_data) or check the data for identical responses\n")
+    err = capsys.readouterr().err
+    assert err.startswith("error: a whole pass over the 4 training records gave no batch to train on (counted so far:")
+    assert "identical_pairs_dropped" in err and "data.truncation 'right', rows of 128 tokens): raise data.seq_len, use " \
+        "data.truncation prompt_middle" in err
     assert not os.path.exists(tmp_path / "run" / LOCK_NAME)  # released on the error path
+
+
+def test_long_prompts_are_cut_in_the_middle_and_train(tmp_path):
+    """The same rows with the default cut (prompt_middle): every pair keeps its responses and trains."""
+    cfg = load_config(None, ["data.seq_len=128", "data.synthetic.lengths=[400]", f"output_dir={tmp_path}"] + TINY,
+                      base=DEFAULT_CONFIG)
+    result = loop.run(cfg)
+    assert result.final_step == 1 and result.last_metrics["loss"] > 0
 
 
 def test_file_source_without_eval_source_says_so(tmp_path, capsys):

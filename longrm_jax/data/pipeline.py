@@ -149,11 +149,17 @@ class _SafeSource:
             return _BadRow(e)
 
 
+class NoTrainableDataError(ValueError):
+    """A whole pass over the training records produced no batch (every group dropped or skipped)."""
+
+
 class _WindowPacker:
     """Tokenize, fit, pack and batch one window; shuffle the order of its batches."""
 
-    def __init__(self, tokenizer: ChatTokenizer, cfg: PipelineConfig, stats: TruncationStats):
+    def __init__(self, tokenizer: ChatTokenizer, cfg: PipelineConfig, stats: TruncationStats, num_records: int):
         self.tok, self.cfg, self.stats = tokenizer, cfg, stats
+        # Without this check a run whose every group is dropped would wait forever for its first batch.
+        self.num_records, self.records_seen, self.batches_made = num_records, 0, 0
         longest = max(cfg.resolved_buckets) // (cfg.group_size if cfg.slotted else 1)
         self.truncation = TruncationConfig(policy=cfg.truncation, max_length=cfg.seq_len or longest)
         self.skipped = 0
@@ -183,6 +189,17 @@ class _WindowPacker:
                 self._skip(e)
         batches = pack_batches(groups, cfg.resolved_buckets, cfg.batch_size, cfg.group_size, self.tok.pad_id,
                                self.tok.eos_id, cfg.truncation, self.stats, cfg.slotted)
+        with self._lock:
+            self.records_seen += len(window)
+            self.batches_made += len(batches)
+            if not self.batches_made and self.records_seen >= self.num_records:
+                counts = dict(self.stats.as_dict(), skipped_rows=self.skipped)
+                reasons = "counted so far: " + (", ".join(f"{k} {v}" for k, v in counts.items() if v) or "nothing")
+                raise NoTrainableDataError(
+                    f"a whole pass over the {self.num_records} training records gave no batch to train on "
+                    f"({reasons}; data.truncation {cfg.truncation!r}, rows of {max(cfg.resolved_buckets)} tokens): "
+                    "raise data.seq_len, use data.truncation prompt_middle, or check the data (python -m "
+                    "longrm_jax.data.inspect_data)")
         order = np.random.default_rng([cfg.seed, window_index, 7]).permutation(len(batches))
         return [batches[i] for i in order]
 
@@ -222,7 +239,7 @@ class TrainIterator:
         self.tokenizer = tokenizer
         self.buckets = cfg.resolved_buckets
         self._stats = TruncationStats()
-        self._packer = _WindowPacker(tokenizer, cfg, self._stats)
+        self._packer = _WindowPacker(tokenizer, cfg, self._stats, len(records))
         self._fingerprint = _fingerprint(cfg, len(records))
         ds = grain.MapDataset.source(_SafeSource(records))
         if cfg.shuffle:
