@@ -141,3 +141,23 @@ def append_section(path: str, title: str, *, command: str, device: str, details:
             handle.write(HEADER)
         handle.write("\n".join(lines) + "\n")
     print(f"appended to {os.path.normpath(path)}")
+
+
+def write_random_hf(preset: str, head: str, out_dir: str) -> None:
+    """A random model of ``preset``'s shapes as an HF checkpoint, with the bundled tokenizer's special ids."""
+    from flax import nnx
+
+    from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
+    from longrm_jax.hf.save import save_pretrained
+    from longrm_jax.models import build_model
+    from longrm_jax.training.config import load_config
+    from longrm_jax.training.data_source import load_tokenizer
+    from longrm_jax.training.model_setup import preset_config
+
+    stage = "bt" if head == "classifier" else "simpo"
+    cfg = load_config(None, [f"stage={stage}", f"model.preset={preset}", f"model.head={head}"])
+    tok = load_tokenizer(cfg.data)
+    mcfg = preset_config(cfg, tok).replace(head=cfg.head, dtype="bfloat16", param_dtype="bfloat16",
+                                           pad_token_id=tok.pad_id, eos_token_id=tok.eos_id)
+    model = build_model(mcfg, rngs=nnx.Rngs(0))
+    save_pretrained(model, out_dir, dtype="bfloat16", tokenizer_dir=TINY_TOKENIZER_DIR, progress=False)

@@ -90,10 +90,7 @@ def write_checkpoint(args, path: str, head: str) -> None:
     from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
 
     if args.smoke:
-        from longrm_jax.hf.testing import make_tiny_checkpoint
-
-        family = "qwen3" if head == "causal_lm" else "llama"
-        make_tiny_checkpoint(path, family, head=head, vocab_size=650, pad_token_id=0, kv_heads=2)
+        _bench.write_random_hf("tiny_qwen3" if head == "causal_lm" else "tiny_llama", head, path)
     else:
         import torch
         import transformers

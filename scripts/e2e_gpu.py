@@ -149,25 +149,6 @@ class Phases:
         print(f"{name}: {self.rows[-1]['wall_s']:.1f} s", flush=True)
 
 
-def write_random_hf(preset: str, stage: str, out_dir: str) -> None:
-    """A random model of ``preset``'s shapes as an HF checkpoint, with the bundled tokenizer's special ids."""
-    from flax import nnx
-
-    from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
-    from longrm_jax.hf.save import save_pretrained
-    from longrm_jax.models import build_model
-    from longrm_jax.training.config import load_config
-    from longrm_jax.training.data_source import load_tokenizer
-    from longrm_jax.training.model_setup import preset_config
-
-    cfg = load_config(None, [f"stage={stage}", f"model.preset={preset}"])
-    tok = load_tokenizer(cfg.data)
-    mcfg = preset_config(cfg, tok).replace(head=cfg.head, dtype="bfloat16", param_dtype="bfloat16",
-                                           pad_token_id=tok.pad_id, eos_token_id=tok.eos_id)
-    model = build_model(mcfg, rngs=nnx.Rngs(0))
-    save_pretrained(model, out_dir, dtype="bfloat16", tokenizer_dir=TINY_TOKENIZER_DIR, progress=False)
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     stage, config, eval_flags = MODELS[args.model]
@@ -183,7 +164,7 @@ def main(argv=None) -> int:
     if args.smoke:
         os.environ["JAX_PLATFORMS"] = "cpu"
 
-    phases.timed("write_hf", lambda: write_random_hf(preset, stage, hf_init))
+    phases.timed("write_hf", lambda: _bench.write_random_hf(preset, "classifier" if stage == "bt" else "causal_lm", hf_init))
     train = ["longrm_jax.train", "--config", os.path.join(ROOT, config)]
     for item in [f"model.init={hf_init}", f"data.tokenizer={hf_init}", "model.remat=auto",
                  f"model.compute_dtype={'float32' if args.smoke else 'bfloat16'}",

@@ -12,7 +12,7 @@ from longrm_jax import load_pretrained  # noqa: E402
 from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR  # noqa: E402
 from longrm_jax.evaluation.continuous import memory_plan, slots_from_memory  # noqa: E402
 from longrm_jax.evaluation.generation import GreedyGenerator  # noqa: E402
-from longrm_jax.hf.testing import make_tiny_checkpoint  # noqa: E402
+from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
 
 VOCAB = 650
 NEW_TOKENS = 24
