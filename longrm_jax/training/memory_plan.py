@@ -151,7 +151,6 @@ def abstract_batch(cfg, mesh, slots: int | None) -> dict:
 @dataclass
 class StepPlan:
     remat: str
-    codec: object
     step: object  # the compiled JittedTrainStep
     programs: list
     tried: list
@@ -191,8 +190,8 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key) -> StepPlan:
         resident = bytes_per_device(state)
         inputs = {"gradients": bytes_per_device(batch), "update": bytes_per_device(state.params)}
         programs = [ProgramMemory.of(n, c, resident, inputs[n]) for n, c in compiled.programs]
-        return (codec, compiled), [m for m in programs if m is not None]
+        return compiled, [m for m in programs if m is not None]
 
     candidates = AUTO_REMAT_ORDER if cfg.model.remat == "auto" else (mcfg.remat,)
-    remat, (codec, compiled), programs, tried = choose(compile_for, candidates, budget)
-    return StepPlan(remat, codec, compiled, programs, tried)
+    remat, compiled, programs, tried = choose(compile_for, candidates, budget)
+    return StepPlan(remat, compiled, programs, tried)
