@@ -73,10 +73,10 @@ def probe(args, notes):
     m = 6
     info = cudnn_packed.segment_runs(seg, m)
     out, stats = jax.jit(lambda q, k, v: cudnn_packed.forward_packed(q, k, v, info))(q, k, v)
-    notes.append(f"probe: cuDNN packed forward out vs fp32: {ba.rel_err(out, out_ref):.1e}; runs/row "
-                 f"{np.asarray(info['runs']).tolist()}; stats shape {tuple(stats.shape)}")
-    want = cudnn_packed.packed_stats(lse_ref, info, m)
-    slabs = int(np.asarray(info["runs"]).sum())
+    notes.append(f"probe: cuDNN packed forward out vs fp32: {ba.rel_err(out, out_ref):.1e}; runs "
+                 f"{int(info['runs'])}; stats shape {tuple(stats.shape)}")
+    want = cudnn_packed.packed_stats(lse_ref, info)
+    slabs = int(info["runs"])
     lens = [x for x in np.asarray(info["lengths"]).ravel().tolist() if x >= 0]
     valid = np.zeros(stats.shape, bool)
     for s, n in enumerate(lens):
@@ -94,7 +94,7 @@ def probe(args, notes):
         notes.append(f"  reference LSE row0 head0 at 0,{t // 4},{3 * t // 4}: "
                      f"{np.round(lr[0, 0, [0, t // 4, 3 * t // 4]], 3).tolist()}; row1 at 0,{t // 3}: "
                      f"{np.round(lr[1, 0, [0, t // 3]], 3).tolist()}")
-    back = cudnn_packed.unpack_stats(stats, info, m)
+    back = cudnn_packed.unpack_stats(stats, info)
     notes.append(f"probe: unpack_stats(cuDNN stats) vs reference LSE: "
                  f"{float(jnp.max(jnp.abs(back - lse_ref))):.2e}")
     return ok
@@ -109,7 +109,9 @@ def checks(args, notes):
     out_ref, _, grads_ref = ref_with_lse(q, k, v, dout, seg)
     attn = ba.jax_impl(args.impl)
     ok_all = True
-    for bound, label in ((None, "bound 8"), (2, "bound 2: fallback")):
+    # Default bound: the whole-row view; 2: half-row views whose runs cross view rows; 1: no view, fallback.
+    for bound, label in ((None, f"bound {cudnn_packed.DEFAULT_MAX_RUNS}"), (2, "bound 2: half-row view, runs "
+                         "crossing view rows"), (1, "bound 1: fallback")):
         def f(q, k, v, do, s, bound=bound):
             ctx = cudnn_packed.max_segments_per_row(bound) if bound else jax.named_scope("packed")
             with ctx:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from longrm_jax.ops import cudnn_flash, cudnn_packed, dense_reference, flash
-from longrm_jax.ops.xla_attention import xla_attention_bwd
+from longrm_jax.ops.xla_attention import xla_attention_bwd, xla_attention_with_lse
 
 B, T, HQ, HKV, D = 2, 64, 8, 2, 16
 
@@ -30,37 +30,47 @@ def _seg(*rows):
 
 def test_runs_offsets_and_lengths_follow_jax_packed_format():
     seg = jnp.asarray(np.array([[1] * 5 + [2] * 7 + [0] * 4, [3] * 10 + [0] * 6, [1] * 16], np.int32))
-    info = cudnn_packed.segment_runs(seg, 4)
+    info = cudnn_packed.segment_runs(seg, 4)  # the whole-row view
     np.testing.assert_array_equal(info["offsets"], [[0, 5, 12, -1, -1], [0, 10, -1, -1, -1], [0, -1, -1, -1, -1]])
     np.testing.assert_array_equal(info["lengths"], [[5, 7, 4, -1], [10, 6, -1, -1], [16, -1, -1, -1]])
-    np.testing.assert_array_equal(info["runs"], [3, 2, 1])
-    assert bool(jnp.all(info["fits"])) and bool(jnp.all(info["contiguous"]))
-    np.testing.assert_array_equal(info["run_of_token"][1], [0] * 10 + [1] * 6)
+    assert int(info["runs"]) == 6 and bool(info["ok"])
+    np.testing.assert_array_equal(info["start"][:6], [0, 5, 12, 16, 26, 32])
+    np.testing.assert_array_equal(info["run_of_token"][1], [3] * 10 + [4] * 6)
 
 
 def test_overflow_and_split_segments_are_flagged():
     seg = jnp.asarray(np.array([[1, 1, 2, 2, 3, 3, 0, 0], [1, 1, 2, 2, 1, 1, 0, 0]], np.int32))
-    info = cudnn_packed.segment_runs(seg, 3)
-    np.testing.assert_array_equal(info["runs"], [4, 4])
-    np.testing.assert_array_equal(info["fits"], [False, False])
-    np.testing.assert_array_equal(info["lengths"], [[2, 2, 2], [2, 2, 2]])  # first M runs kept
-    wide = cudnn_packed.segment_runs(seg, 4)
-    np.testing.assert_array_equal(wide["fits"], [True, True])
-    np.testing.assert_array_equal(wide["contiguous"], [True, False])  # id 1 occurs in two runs of row 1
+    assert not bool(cudnn_packed.segment_runs(seg[:1], 3)["ok"])  # 4 runs in a row, bound 3
+    assert bool(cudnn_packed.segment_runs(seg[:1], 4)["ok"])
+    assert not bool(cudnn_packed.segment_runs(seg, 4)["ok"])  # id 1 starts two runs of row 1
 
 
-@pytest.mark.parametrize("bound", [4, 5, 9])
-def test_statistics_layout_is_one_slab_per_run_in_row_order(bound):
-    seg = _seg([20, 30], [10, 10, 30], [64])
-    info = cudnn_packed.segment_runs(seg, bound)
+def test_views_place_runs_where_they_start_and_may_cross_view_rows(monkeypatch):
+    """A 2 x 30 pair + padding in a 64-token row, bound 2: the whole row holds 3 starts (no); half rows of 32
+    hold (0, 30) and (60) with the second run crossing into the second half (yes); quarters are too short."""
+    monkeypatch.setattr(cudnn_packed, "MIN_VIEW_LEN", 8)
+    seg = jnp.asarray(np.array([[1] * 30 + [2] * 30 + [0] * 4], np.int32))
+    assert cudnn_packed.view_lengths(64) == [64, 32, 16, 8]
+    views = {L: cudnn_packed.view_runs(seg, L, 2) for L in (64, 32, 16)}
+    assert [bool(v["ok"]) for v in views.values()] == [False, True, False]
+    np.testing.assert_array_equal(views[32]["offsets"], [[0, 30, -1], [28, -1, -1]])
+    np.testing.assert_array_equal(views[32]["lengths"], [[30, 30], [4, -1]])
+    assert cudnn_packed.view_lengths(128_000) == [128_000, 64_000, 32_000, 16_000, 8_000, 4_000, 2_000]
+
+
+@pytest.mark.parametrize("view_len,bound", [(T, 4), (T, 9), (32, 3), (32, 4)])
+def test_statistics_layout_is_one_slab_per_run_in_run_order(view_len, bound):
+    seg = _seg([20, 30], [10, 10, 30], [32, 32])
+    info = cudnn_packed.view_runs(seg, view_len, bound)
+    assert bool(info["ok"])
     lse = jax.random.normal(jax.random.key(0), (3, 4, T))
-    stats = cudnn_packed.packed_stats(lse, info, bound)
-    assert stats.shape == (3 * bound, 4, T)
-    np.testing.assert_array_equal(stats, cudnn_packed._scatter_stats(lse, info, bound))
-    np.testing.assert_array_equal(cudnn_packed.unpack_stats(stats, info, bound), lse)
-    # Row 1's second run (tokens 10..19) is slab 3 + 1 (row 0 has 3 runs: two samples and padding).
-    np.testing.assert_array_equal(stats[4, :, :10], lse[1, :, 10:20])
-    assert float(jnp.abs(stats[4, :, 10:]).max()) == 0.0
+    stats = cudnn_packed.packed_stats(lse, info)
+    assert stats.shape == (3 * T // view_len * bound, 4, view_len)
+    np.testing.assert_array_equal(stats, cudnn_packed._scatter_stats(lse, info))
+    np.testing.assert_array_equal(cudnn_packed.unpack_stats(stats, info), lse)
+    if view_len == T:  # row 1's second run (tokens 10..19) is slab 3 + 1 (row 0: two samples and padding)
+        np.testing.assert_array_equal(stats[4, :, :10], lse[1, :, 10:20])
+        assert float(jnp.abs(stats[4, :, 10:]).max()) == 0.0
 
 
 def test_bound_context_nests_and_validates():
@@ -94,22 +104,25 @@ def test_backward_lowers_to_cudnn_ragged_custom_call():
     seg = jax.ShapeDtypeStruct((B, T), jnp.int32)
 
     def f(q, k, v, out, lse, dout, seg):
-        return cudnn_packed.flash_backward_packed(q, k, v, out, lse, dout, seg, max_runs_per_row=5)
+        return cudnn_packed.flash_backward_packed(q, k, v, out, lse, dout, seg, max_runs_per_row=3)
 
     grads = jax.eval_shape(f, q, kv, kv, q, lse, q, seg)
     assert [(g.shape, g.dtype) for g in grads] == [(q.shape, q.dtype), (kv.shape, kv.dtype), (kv.shape, kv.dtype)]
     text = jax.jit(f).trace(q, kv, kv, q, lse, q, seg).lower(lowering_platforms=("cuda",)).as_text()
     calls = [line for line in text.splitlines() if "custom_call @__cudnn$fmhaSoftmaxBackward" in line]
-    assert len(calls) == 1
-    assert "max_seg_per_batch\\22: 5" in calls[0]  # the static bound reaches cuDNN's config
-    assert calls[0].count("%") - calls[0].split("(")[0].count("%") == 10  # q k v stats dO O 2 x seqlen 2 x offsets
-    assert f"tensor<{B * 5}x{HQ}x{T}xf32>" in calls[0]  # statistics: one [H, T] slab per run
+    views = cudnn_packed.view_lengths(T)
+    assert len(calls) == len(views)  # one call per view (lax.switch); the first holding the batch runs
+    for call, view_len in zip(calls, views):
+        assert "max_seg_per_batch\\22: 3" in call  # the static bound reaches cuDNN's config
+        assert call.count("%") - call.split("(")[0].count("%") == 10  # q k v stats dO O 2 x seqlen 2 x offsets
+        # Statistics (and cuDNN's workspace) scale with bound x B x T in every view: one [H, L] slab per place.
+        assert f"tensor<{B * T // view_len * 3}x{HQ}x{view_len}xf32>" in call
 
 
 def _fake_ragged(q, k, v, out, stats, dout, info, *, causal, scale):
     """cuDNN's ragged backward emulated: reads slab s at (run s, position in run), runs as segments."""
     _fake_ragged.calls += 1
-    lse = cudnn_packed.unpack_stats(stats, info, info["lengths"].shape[1])
+    lse = cudnn_packed.unpack_stats(stats, info)
     runs = info["run_of_token"]
     return xla_attention_bwd(q, k, v, out, lse, dout, q_segment_ids=runs, kv_segment_ids=runs, causal=causal,
                              scale=scale)
@@ -179,3 +192,17 @@ def test_rows_breaking_the_contract_fall_back_to_tokamax(fake_packed, seg_rows):
     for g, r in zip(got, _want(q, k, v, w, seg)):
         assert rel_err(g, r) < 1e-5
     assert fake_packed.calls == 1  # traced (the cond's other branch); exact only because the fallback ran
+
+
+def test_a_half_row_view_computes_the_backward_when_the_whole_row_cannot(fake_packed, monkeypatch):
+    """Bound 2: row 0 (30 + 30 + padding) has 3 starts, row 1 (3 x 20 + padding) 4, so only half-row views hold
+    them (runs crossing into the next view row). No fallback is given: a batch no view held would be NaN."""
+    monkeypatch.setattr(cudnn_packed, "MIN_VIEW_LEN", 8)
+    q, k, v, w = _inputs()
+    seg = _seg([30, 30], [20, 20, 20])
+    out, lse = xla_attention_with_lse(q, k, v, q_segment_ids=seg, kv_segment_ids=seg)
+    got = jax.jit(lambda *a: cudnn_packed.flash_backward_packed(*a, seg, max_runs_per_row=2))(q, k, v, out, lse, w)
+    want = xla_attention_bwd(q, k, v, out, lse, w, q_segment_ids=seg, kv_segment_ids=seg, causal=True, scale=None)
+    for g, r in zip(got, want):
+        assert rel_err(g, r) < 1e-5
+    assert fake_packed.calls == len(cudnn_packed.view_lengths(T))  # every view traced, one ran

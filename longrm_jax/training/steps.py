@@ -28,7 +28,6 @@ import jax.numpy as jnp
 import optax
 
 from longrm_jax import losses
-from longrm_jax.ops import cudnn_packed
 from longrm_jax.training.config import LossSection, TrainConfig
 from longrm_jax.training.params import ParamCodec
 from longrm_jax.training.lora import effective_params
@@ -197,21 +196,18 @@ def make_train_step(cfg: TrainConfig, codec: ParamCodec, tx, spec: StageSpec, sc
             return total / norm, sums
 
         grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
-        # Packed rows: at most num_segments samples + one run of padding per row, the static bound of cuDNN's
-        # ragged attention backward (read while the backward is traced, i.e. inside this block).
-        with cudnn_packed.max_segments_per_row(spec.num_segments + 1):
-            if accum == 1:
-                (objective, sums), grads = grad_fn(state.params, batch)
-            else:
-                def body(carry, mb):
-                    g_acc, s_acc, o_acc = carry
-                    (o, s), g = grad_fn(state.params, mb)
-                    return (jax.tree.map(jnp.add, g_acc, g), jax.tree.map(jnp.add, s_acc, s), o_acc + o), None
+        if accum == 1:
+            (objective, sums), grads = grad_fn(state.params, batch)
+        else:
+            def body(carry, mb):
+                g_acc, s_acc, o_acc = carry
+                (o, s), g = grad_fn(state.params, mb)
+                return (jax.tree.map(jnp.add, g_acc, g), jax.tree.map(jnp.add, s_acc, s), o_acc + o), None
 
-                zeros_g = jax.tree.map(jnp.zeros_like, state.params)
-                zeros_s = {k: jnp.zeros((), jnp.float32) for k in METRIC_KEYS}
-                (grads, sums, objective), _ = jax.lax.scan(
-                    body, (zeros_g, zeros_s, jnp.zeros((), jnp.float32)), _microbatches(batch, accum))
+            zeros_g = jax.tree.map(jnp.zeros_like, state.params)
+            zeros_s = {k: jnp.zeros((), jnp.float32) for k in METRIC_KEYS}
+            (grads, sums, objective), _ = jax.lax.scan(
+                body, (zeros_g, zeros_s, jnp.zeros((), jnp.float32)), _microbatches(batch, accum))
         return grads, {"sums": sums, "objective": objective, "count": norm,
                        "tokens": (batch["segment_ids"] > 0).sum()}
 
