@@ -149,6 +149,24 @@ class Phases:
         print(f"{name}: {self.rows[-1]['wall_s']:.1f} s", flush=True)
 
 
+def _dir_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+def _check_disk(work: str, hf_dir: str, full_params: bool) -> None:
+    """Stop before training when the disk cannot hold the chain: training checkpoints of the bf16 weights (x 3 with
+    AdamW's two moments for full fine-tuning; LoRA saves the frozen base once plus small adapters), two of them
+    while the resumed run saves its last one, then the export."""
+    weights = _dir_bytes(hf_dir)
+    need = (6 if full_params else 2) * weights + weights
+    free = shutil.disk_usage(work).free
+    if free < need:
+        raise SystemExit(f"not enough disk under {work}: the chain needs about {need / 1e9:.0f} GB more (weights "
+                         f"{weights / 1e9:.1f} GB; training checkpoints {'3' if full_params else '1'} x that, two at "
+                         f"once while the resumed run saves; the export 1 x), {free / 1e9:.0f} GB are free; give "
+                         "--work a larger disk")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     stage, config, eval_flags = MODELS[args.model]
@@ -165,8 +183,14 @@ def main(argv=None) -> int:
         os.environ["JAX_PLATFORMS"] = "cpu"
 
     phases.timed("write_hf", lambda: _bench.write_random_hf(preset, "classifier" if stage == "bt" else "causal_lm", hf_init))
+    _check_disk(work, hf_init, full_params=stage != "bt")
     train = ["longrm_jax.train", "--config", os.path.join(ROOT, config)]
-    for item in [f"model.init={hf_init}", f"data.tokenizer={hf_init}", "model.remat=auto",
+    # bf16 weights (and, for full fine-tuning, AdamW moments): an 8B model's full-parameter state fits one H200
+    # that way, and the disk of the lent GPU machines (64 GB) holds the HF checkpoint, a training checkpoint and
+    # the export. save_attention_out: the fastest policy that fits a 2 x 32K pair (auto would first compile the
+    # policy without rematerialisation, which does not, in each of the two training phases).
+    for item in [f"model.init={hf_init}", f"data.tokenizer={hf_init}",
+                 f"model.remat={'auto' if args.smoke else 'save_attention_out'}", "model.param_dtype=bfloat16",
                  f"model.compute_dtype={'float32' if args.smoke else 'bfloat16'}",
                  "data.source=synthetic", "data.eval_source=null", "data.layout=rows", f"data.seq_len={length}",
                  "data.batch_rows=2", "grad_accum=1", "data.num_buckets=1", f"data.num_train={4 * args.steps}",
