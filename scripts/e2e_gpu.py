@@ -155,15 +155,16 @@ def _dir_bytes(path: str) -> int:
 
 def _check_disk(work: str, hf_dir: str, full_params: bool) -> None:
     """Stop before training when the disk cannot hold the chain: training checkpoints of the bf16 weights (x 3 with
-    AdamW's two moments for full fine-tuning; LoRA saves the frozen base once plus small adapters), two of them
-    while the resumed run saves its last one, then the export."""
+    AdamW's two moments for full fine-tuning; LoRA saves the frozen base once plus small adapters): two of them
+    while the resumed run saves its last one, later one and the export."""
     weights = _dir_bytes(hf_dir)
-    need = (6 if full_params else 2) * weights + weights
+    ckpt = (3 if full_params else 1) * weights
+    need = max(2 * ckpt, ckpt + weights)
     free = shutil.disk_usage(work).free
     if free < need:
         raise SystemExit(f"not enough disk under {work}: the chain needs about {need / 1e9:.0f} GB more (weights "
                          f"{weights / 1e9:.1f} GB; training checkpoints {'3' if full_params else '1'} x that, two at "
-                         f"once while the resumed run saves; the export 1 x), {free / 1e9:.0f} GB are free; give "
+                         f"once while the resumed run saves; then one and the export), {free / 1e9:.0f} GB are free; give "
                          "--work a larger disk")
 
 
