@@ -64,9 +64,10 @@ def _train(argv: list[str]) -> int:
         print(to_yaml(cfg))
         return 0
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if cfg.model.remat in ("save_attention_out", "auto"):
+    if cfg.model.remat in ("save_attention_out", "auto") or cfg.model.remat.startswith("offload_"):
         # Before the first device use: without it XLA re-runs the saved attention kernel on GPUs
-        # (docs/perf_training.md). CPU runs ignore GPU flags.
+        # (docs/perf_training.md), or writes a clone of it straight into the offloaded stack. CPU runs ignore
+        # GPU flags.
         from longrm_jax.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
 
         add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)

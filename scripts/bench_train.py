@@ -20,6 +20,14 @@ H100/H200) and peak memory, as a table, and appends the table to docs/benchmarks
 with --smoke only to a file named by --benchmarks-md). `--json` keeps every figure, `--plot` draws tokens/s and MFU against pair length, ours
 against the peer, and the last lines name the longest pair each device count trained (list longer lengths
 in `--lengths` to search: a length that does not fit shows as out of memory and stops that device count).
+
+`--search` finds the longest pair per setup instead of a fixed grid: one device on-device (`--search-remats`'
+first policy, default `full`), one device offloading saved activations to pinned host memory (the others,
+default `offload_layer_inputs`), and n > 1 devices of `--devices` with ring attention (the first policy). From
+`--search-start` it doubles the pair length while a run trains, then bisects between the longest that trained
+and the shortest that did not, to `--search-step` tokens. A length the trainer's memory plan refuses costs one
+compile (the CLI stops before loading weights); the table shows the plan's predicted device and pinned-host
+GiB beside the measured device peak and the process's peak resident host memory.
 """
 
 from __future__ import annotations
@@ -65,6 +73,12 @@ def parse_args(argv=None):
     p.add_argument("--full-params", action="store_true", help="lora.rank=0 where the stage's config uses LoRA")
     p.add_argument("--set", action="append", default=[], help="extra `--set key=value` for the training CLI")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch peer")
+    p.add_argument("--search", action="store_true", help="search the longest pair per setup (see above)")
+    p.add_argument("--search-remats", default="full,offload_layer_inputs", help="model.remat of the setups: "
+                   "the first on device (1 and n devices), the others on 1 device (offloading)")
+    p.add_argument("--search-start", type=int, default=32768, help="first pair length L of the search")
+    p.add_argument("--search-step", type=int, default=16384, help="bisection resolution (tokens of L)")
+    p.add_argument("--search-max", type=int, default=524288, help="longest L tried")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: run one config, print JSON
     return p.parse_args(argv)
 
@@ -92,14 +106,15 @@ STAGE_CONFIGS = {"simpo": "configs/qwen3_8b_grm_simpo.yaml", "bt": "configs/llam
 CONTEXT_MARGIN = 64  # chat template + judgment tokens around a synthetic context (tiny tokenizer: 57-58)
 
 
-def train_command(model: str, stage: str, length: int, n_devices: int, args, out_dir: str) -> list[str]:
-    """The `python -m longrm_jax.train` command line of one configuration."""
+def train_command(model: str, stage: str, length: int, n_devices: int, args, out_dir: str,
+                  remat: str | None = None) -> list[str]:
+    """The `python -m longrm_jax.train` command line of one configuration (``remat`` default: ``--remat``)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     rows = args.layout == "rows" and stage != "sft"
     row_tokens = length if rows else (args.row_tokens or (length if stage == "sft" else 2 * length))
     per_row = max(1, row_tokens // length) if not rows else 1
     sets = [
-        "model.init=null", f"model.preset={TINY[model] if args.smoke else model}", f"model.remat={args.remat}",
+        "model.init=null", f"model.preset={TINY[model] if args.smoke else model}", f"model.remat={remat or args.remat}",
         f"model.param_dtype={args.param_dtype}", f"model.compute_dtype={'float32' if args.smoke else 'bfloat16'}",
         "data.source=synthetic", "data.eval_source=null", "data.tokenizer=null", f"data.layout={args.layout if stage != 'sft' else 'packed'}",
         f"data.seq_len={row_tokens}", f"data.batch_rows={2 if rows else 1}", f"grad_accum={args.grad_accum}",
@@ -119,18 +134,38 @@ def train_command(model: str, stage: str, length: int, n_devices: int, args, out
     return cmd
 
 
-def bench_jax(model: str, stage: str, length: int, n_devices: int, args) -> dict:
+def run_measured(cmd: list[str], env: dict, cwd: str) -> tuple[subprocess.CompletedProcess, float | None]:
+    """Run ``cmd`` to completion; (its result, its peak resident memory in GiB). The peak comes from the
+    child's own rusage (wait4), so it is this run's alone: pinned host buffers of offloaded activations count
+    in it once touched."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env, cwd=cwd)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except KeyboardInterrupt:
+            proc.kill()
+            raise
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
+    return done, (usage.ru_maxrss * 1024 / 2**30 if usage.ru_maxrss else None)
+
+
+def bench_jax(model: str, stage: str, length: int, n_devices: int, args, remat: str | None = None) -> dict:
     """One configuration through the training CLI; figures from its metrics.jsonl and memory_plan.json."""
+    import re
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="bench_train_") as out_dir:
-        cmd = train_command(model, stage, length, n_devices, args, out_dir)
+        cmd = train_command(model, stage, length, n_devices, args, out_dir, remat)
         env = dict(os.environ)
         # A training process owns its GPU: let XLA's pool take 95% of it (JAX's default is 75%), as the peer may.
         env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        proc, host_rss = run_measured(cmd, env, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         wall = time.perf_counter() - t0
         metrics = []
         path = os.path.join(out_dir, "metrics.jsonl")
@@ -146,11 +181,18 @@ def bench_jax(model: str, stage: str, length: int, n_devices: int, args) -> dict
         err = (proc.stderr or proc.stdout).strip().splitlines()
         print(f"$ {' '.join(cmd)}\n" + "\n".join(err[-30:]), file=sys.stderr)
         reason = next((l for l in reversed(err) if "Error" in l or "error" in l), err[-1] if err else "no output")
-        return {"skipped": reason[:120], "command": " ".join(cmd)}
+        text = proc.stderr or ""
+        refused = re.search(r"does not fit the (device|host's pinned memory): predicted ([0-9.]+) GiB", text)
+        out = {"skipped": reason[:120], "command": " ".join(cmd), "host_rss_gib": host_rss, "wall_s": wall}
+        if refused:  # the memory plan stopped it before loading weights: its prediction is the figure
+            out["skipped"] = f"plan: does not fit the {refused.group(1)} ({refused.group(2)} GiB predicted)"
+            out["predicted_gib" if refused.group(1) == "device" else "predicted_host_gib"] = float(refused.group(2))
+        return out
     med = lambda key: float(np.median([m[key] for m in steps])) if steps[0].get(key) is not None else None
     tokens_per_s = med("tokens_per_s")
     return {"tokens_per_s": tokens_per_s, "mfu": med("mfu"), "peak_gib": max(m["peak_gib"] or 0 for m in steps) or None,
             "predicted_gib": plan.get("predicted_peak_gib"), "remat_used": plan.get("remat"),
+            "predicted_host_gib": plan.get("predicted_host_gib"), "host_rss_gib": host_rss,
             "step_s": med("step_s"), "step_times": [m["step_s"] for m in steps], "loss": steps[-1]["loss"],
             "device": plan.get("device"),
             "wall_s": wall, "command": " ".join(cmd)}
@@ -255,6 +297,49 @@ def _run_peer_child(passthrough: list[str], spec: str) -> dict:
     return {"skipped": f"child exited {proc.returncode} (killed / out of memory?)"}
 
 
+def search_longest(trains, start: int, step: int, maximum: int) -> list[tuple[int, dict]]:
+    """Probes of a longest-pair search: ``trains(L) -> result`` (trained when it has ``tokens_per_s``). Doubles
+    L from ``start`` while it trains (up to ``maximum``), then bisects between the longest that trained and
+    the shortest that did not, on multiples of ``step``. Returns [(L, result)] in probe order."""
+    probes: list[tuple[int, dict]] = []
+
+    def probe(length):
+        res = trains(length)
+        probes.append((length, res))
+        return "tokens_per_s" in res
+
+    good, bad, length = 0, None, start
+    while bad is None and length <= maximum:
+        if probe(length):
+            good, length = length, 2 * length
+        else:
+            bad = length
+    if bad is None:
+        return probes
+    while bad - good > step:
+        mid = (good + bad) // 2 // step * step
+        if mid <= good:
+            break
+        if probe(mid):
+            good = mid
+        else:
+            bad = mid
+    return probes
+
+
+def search_setups(args) -> list[tuple[str, int, str]]:
+    """(run name, devices, model.remat) of each setup ``--search`` measures."""
+    remats = args.search_remats.split(",")
+    setups = []
+    for n in (int(d) for d in args.devices.split(",")):
+        if n == 1:
+            setups.append((f"jax 1dev {remats[0]}", 1, remats[0]))
+            setups += [(f"jax 1dev {r}", 1, r) for r in remats[1:]]
+        else:
+            setups.append((f"jax {n}dev fsdp x seq {remats[0]}", n, remats[0]))
+    return setups
+
+
 def longest_pairs(results: list[dict]) -> list[str]:
     """One line per (model, stage, run): the longest pair length that trained."""
     best: dict[tuple, int] = {}
@@ -310,7 +395,22 @@ def main(argv=None) -> int:
     lengths = [128] if args.smoke else [int(x) for x in args.lengths.split(",")]
     passthrough = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--one")]
     rows = []
-    for model in args.models.split(","):
+    for model in args.models.split(",") if args.search else ():
+        for stage in args.stages.split(","):
+            for name, n, remat in search_setups(args):
+                def trains(length, model=model, stage=stage, name=name, n=n, remat=remat):
+                    res = bench_jax(model, stage, length, n, args, remat)
+                    res |= {"model": MODELS[model], "stage": stage, "length": length, "run": name, "devices": n,
+                            "layout": args.layout, "remat": remat}
+                    rows.append((MODELS[model], stage, f"2x{length}", name, res))
+                    print(rows[-1], flush=True)
+                    if args.json:
+                        with open(args.json, "a", encoding="utf-8") as f:
+                            f.write(json.dumps(res) + "\n")
+                    return res
+
+                search_longest(trains, args.search_start, args.search_step, args.search_max)
+    for model in args.models.split(",") if not args.search else ():
         for stage in args.stages.split(","):
             failed: set[int] = set()  # device counts (0 = peer) that already failed at a shorter length
             for length in lengths:
@@ -334,14 +434,15 @@ def main(argv=None) -> int:
                     if args.json:
                         with open(args.json, "a", encoding="utf-8") as f:
                             f.write(json.dumps(res) + "\n")
-    header = ("| model | stage | pair | run | tokens/s | step s | MFU | peak GiB | predicted GiB | remat / note |\n"
-              "|---|---|---|---|---|---|---|---|---|---|")
+    header = ("| model | stage | pair | run | tokens/s | step s | MFU | peak GiB | predicted GiB | host GiB predicted "
+              "pinned / peak RSS | remat / note |\n|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [header]
     for model, stage, pair, name, r in rows:
         lines.append(f"| {model}{' (tiny)' if args.smoke else ''} | {stage} | {pair} | {name} | "
                      f"{_fmt(r.get('tokens_per_s'), '.0f')} | {_fmt(r.get('step_s'), '.3f')} | "
                      f"{_fmt(None if r.get('mfu') is None else 100 * r['mfu'], '.1f')} | "
                      f"{_fmt(r.get('peak_gib'), '.1f')} | {_fmt(r.get('predicted_gib'), '.1f')} | "
+                     f"{_fmt(r.get('predicted_host_gib'), '.1f')} / {_fmt(r.get('host_rss_gib'), '.1f')} | "
                      f"{r.get('skipped', '') or r.get('remat_used') or ''} |")
     table = "\n".join(lines + [""] + longest_pairs([r for *_, r in rows]))
     print(table)
@@ -352,7 +453,8 @@ def main(argv=None) -> int:
         dev = next((r["device"] for *_, r in rows if r.get("device")), "unknown device")
         _bench.append_section(
             path, "training steps", command=_bench.command_line(passthrough), device=dev,
-            details=f"layout {args.layout}, param dtype {args.param_dtype}, remat {args.remat}. JAX rows are "
+            details=f"layout {args.layout}, param dtype {args.param_dtype}, "
+                    f"{'longest-pair search' if args.search else 'remat ' + args.remat}. JAX rows are "
                     "`python -m longrm_jax.train` runs (metrics.jsonl medians); commands in --json.",
             table=table.splitlines())
     return 0

@@ -27,7 +27,8 @@ SUPPORTED_ARCHITECTURES: dict[str, tuple[str, str]] = {
 FAMILY_CLASS_PREFIX = {"llama": "Llama", "qwen3": "Qwen3"}
 HEAD_CLASS_SUFFIX = {"causal_lm": "ForCausalLM", "classifier": "ForSequenceClassification"}
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
-REMAT_POLICIES = ("none", "full", "dots_saveable", "save_attention_out")
+REMAT_POLICIES = ("none", "full", "dots_saveable", "save_attention_out", "offload_layer_inputs",
+                  "offload_layer_inputs_and_attention")
 HEADS = ("causal_lm", "classifier")
 
 # Keys of a RoPE parameter dict that are not scaling parameters.

@@ -28,7 +28,10 @@ from flax import nnx
 
 from longrm_jax.models.cache import KVCache
 from longrm_jax.models.config import ModelConfig
-from longrm_jax.models.layers import constrain, layer_forward, masked_attention, remat_policy, rms_norm
+from jax.ad_checkpoint import checkpoint_name
+
+from longrm_jax.models.layers import (LAYER_INPUT_NAME, constrain, layer_forward, masked_attention, remat_policy,
+                                      rms_norm)
 from longrm_jax.models.rope import rope_cos_sin, rope_parameters
 from longrm_jax.ops import attention
 
@@ -123,6 +126,15 @@ class Decoder(nnx.Module):
         ``unroll`` or ``cfg.scan_layers`` is off; unrolled, the layer index is a Python int)."""
         cfg = self.config
         use_remat, policy = remat_policy(cfg.remat)
+        if use_remat and isinstance(carry, jax.Array):
+            # The layer input, named on entry so every use inside the layer (its norm and the residual add)
+            # reads the named value: an offloading policy then saves that (host) copy as the scan's per-layer
+            # residual instead of the raw carry on the device (models.layers.LAYER_INPUT_NAME). The cached
+            # path's carry (hidden, cache) is never differentiated and stays unnamed.
+            inner = body
+
+            def body(x, p, i):
+                return inner(checkpoint_name(x, LAYER_INPUT_NAME), p, i)
         if use_remat:
             body = jax.checkpoint(body, policy=policy, static_argnums=(2,) if unroll or not cfg.scan_layers else ())
         if unroll or not cfg.scan_layers:

@@ -125,6 +125,32 @@ def _single_query_attention(q_bkgh, k_bskh, v_bskh, mask_bs, scale):
 save_attention_policy = jax.checkpoint_policies.save_only_these_names(ATTENTION_OUT_NAME, ATTENTION_LSE_NAME)
 
 
+# Name of each decoder layer's input (the residual stream entering the layer) inside the remat'd layer body.
+# Under ``jax.checkpoint`` in ``lax.scan`` the body's inputs are what the scan stacks per layer for the backward
+# (one [B, T, D] per layer: 1 GiB per layer per 128K tokens at D = 4096 in bf16). ``Decoder._run_layers`` routes
+# every use of the layer input through this name, so a policy that offloads the name turns that stacked residual
+# into the offloaded copy: the backward's recompute reads the named value, never the raw input.
+LAYER_INPUT_NAME = "decoder_layer_input"
+
+# Where the offloading policies put what they save: page-locked host memory, which the GPU reads and writes
+# with asynchronous DMA (XLA schedules the copies to overlap the layers' compute).
+OFFLOAD_SRC, OFFLOAD_DST = "device", "pinned_host"
+
+
+def offload_policy(*names: str):
+    """Remat policy that saves exactly ``names`` to pinned host memory and recomputes everything else."""
+    return jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=list(names),
+        offload_src=OFFLOAD_SRC, offload_dst=OFFLOAD_DST)
+
+
+# ``offload_layer_inputs``: like ``full`` (one saved tensor per layer, the layer input) but that tensor lives on
+# the host, so device activation memory no longer grows with depth x length.
+offload_layer_inputs_policy = offload_policy(LAYER_INPUT_NAME)
+# ``offload_layer_inputs_and_attention``: also the attention kernel's out and LSE (as ``save_attention_out``,
+# but on the host): no attention forward in the backward, twice the host memory and PCIe traffic.
+offload_layer_inputs_and_attention_policy = offload_policy(LAYER_INPUT_NAME, ATTENTION_OUT_NAME, ATTENTION_LSE_NAME)
+
 def remat_policy(name: str):
     """(apply_checkpoint, policy) for ``ModelConfig.remat``."""
     if name == "none":
@@ -135,4 +161,8 @@ def remat_policy(name: str):
         return True, jax.checkpoint_policies.dots_saveable
     if name == "save_attention_out":
         return True, save_attention_policy
+    if name == "offload_layer_inputs":
+        return True, offload_layer_inputs_policy
+    if name == "offload_layer_inputs_and_attention":
+        return True, offload_layer_inputs_and_attention_policy
     raise ValueError(f"unknown remat policy {name!r}")

@@ -31,8 +31,9 @@ class ModelSection:
     head: str = "auto"  # "causal_lm" or "classifier" (score head); "auto": classifier for stage bt
     compute_dtype: str = "float32"  # activations / matmuls; "bfloat16" on accelerators
     param_dtype: str = "float32"  # master weights and optimizer state
-    # ModelConfig.remat (none, full, dots_saveable, save_attention_out) or "auto": the fastest of none,
-    # save_attention_out, full whose compiled step fits the device (training.memory_plan).
+    # ModelConfig.remat (none, full, dots_saveable, save_attention_out, offload_layer_inputs,
+    # offload_layer_inputs_and_attention) or "auto": the fastest of none, save_attention_out, full and then the
+    # offloading ones whose compiled step fits the device and the host budget (training.memory_plan).
     remat: str = "none"
 
 
@@ -164,6 +165,9 @@ class TrainConfig:
     # device's (training.memory_plan). Per-device budget in GiB; None: the device allocator's limit (none on CPU).
     memory_check: bool = True
     memory_budget_gib: float | None = None
+    # Pinned host memory per device for offloaded activations (model.remat offload_*), in GiB; None: 75% of the
+    # host's RAM over this process's devices.
+    host_memory_budget_gib: float | None = None
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     loss: LossSection = field(default_factory=LossSection)
@@ -245,6 +249,8 @@ class TrainConfig:
             ("checkpoint.keep", self.checkpoint.keep, self.checkpoint.keep >= 1, ">= 1"),
             ("memory_budget_gib", self.memory_budget_gib,
              self.memory_budget_gib is None or self.memory_budget_gib > 0, "> 0 (or unset)"),
+            ("host_memory_budget_gib", self.host_memory_budget_gib,
+             self.host_memory_budget_gib is None or self.host_memory_budget_gib > 0, "> 0 (or unset)"),
         ]
         for axis in ("data", "fsdp", "seq", "tensor"):
             size = getattr(self.mesh, axis)

@@ -11,11 +11,17 @@ A program's peak = its arguments + its outputs not aliased to (donated) argument
 is two programs that run one after the other, so the run needs the larger of the two. Nothing else of size is
 live during training: batches are a few MB, the evaluation program runs on the same weights without the
 optimizer state.
+
+Offloading remat policies (``offload_layer_inputs*``, models.layers) keep the saved activations in pinned host
+memory: XLA places those buffers in the host memory space, and the same analysis reports them as host bytes
+(``host_temp_size_in_bytes``). The plan checks them against a host budget too: pinned (page-locked) memory
+cannot be swapped, and running the host out of it kills the process or the machine.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 import jax
@@ -24,8 +30,12 @@ import numpy as np
 GiB = 2**30
 log = logging.getLogger(__name__)
 
-# model.remat: auto tries these, fastest first, and takes the first that fits.
-AUTO_REMAT_ORDER = ("none", "save_attention_out", "full")
+# model.remat: auto tries these, fastest first, and takes the first that fits. The offloading policies come
+# last: they move saved activations over PCIe every step, so they are taken only when nothing on the device fits.
+AUTO_REMAT_ORDER = ("none", "save_attention_out", "full", "offload_layer_inputs_and_attention", "offload_layer_inputs")
+# Share of the host's RAM that pinned activation buffers may take when no host budget is configured: the rest is
+# for the process itself (data pipeline, checkpoint I/O, the Python heap).
+HOST_RAM_SHARE = 0.75
 
 
 class MemoryPlanError(RuntimeError):
@@ -38,7 +48,8 @@ class ProgramMemory:
 
     ``resident``: the train state (parameters, frozen weights, optimizer moments), live during every program;
     ``inputs``: the program's other arguments (the batch; the gradients for the update); ``outputs`` and
-    ``aliased`` (outputs written into donated arguments) and ``temp`` from XLA's memory analysis. The state is
+    ``aliased`` (outputs written into donated arguments) and ``temp`` from XLA's memory analysis; ``host``: the
+    bytes the program keeps in host memory per device (offloaded activations), zero for on-device policies. The state is
     counted separately because a jitted program's own argument size leaves out arguments it does not read (the
     gradient program never reads the optimizer moments), yet they occupy the device all along: on an H200
     (Qwen3-8B, 2 x 32K, BT) this gives 105.0 GiB for a measured peak of 105.0 GiB, where the arguments alone
@@ -51,23 +62,27 @@ class ProgramMemory:
     outputs: int
     aliased: int
     temp: int
+    host: int = 0
 
     @classmethod
     def of(cls, name: str, compiled, resident: int, inputs: int) -> ProgramMemory | None:
         ma = compiled.memory_analysis()
         if ma is None:
             return None
+        host = sum(int(getattr(ma, f"host_{k}_size_in_bytes", 0) or 0) for k in ("argument", "output", "temp"))
+        host -= int(getattr(ma, "host_alias_size_in_bytes", 0) or 0)
         return cls(name, resident, inputs, int(ma.output_size_in_bytes), int(ma.alias_size_in_bytes),
-                   int(ma.temp_size_in_bytes))
+                   int(ma.temp_size_in_bytes), host)
 
     @property
     def peak(self) -> int:
         return self.resident + self.inputs + self.outputs - self.aliased + self.temp
 
     def describe(self) -> str:
+        host = f"; pinned host {self.host / GiB:.2f} GiB" if self.host else ""
         return (f"{self.name}: train state {self.resident / GiB:.1f} + inputs {self.inputs / GiB:.1f} + outputs "
                 f"{(self.outputs - self.aliased) / GiB:.1f} + temporaries {self.temp / GiB:.1f} = "
-                f"{self.peak / GiB:.2f} GiB")
+                f"{self.peak / GiB:.2f} GiB{host}")
 
 
 def bytes_per_device(tree) -> int:
@@ -81,6 +96,29 @@ def bytes_per_device(tree) -> int:
 
 def predicted_peak(programs: list[ProgramMemory]) -> int:
     return max((p.peak for p in programs), default=0)
+
+
+def predicted_host(programs: list[ProgramMemory]) -> int:
+    """Pinned host bytes per device the step needs (the largest program's; they run one after the other)."""
+    return max((p.host for p in programs), default=0)
+
+
+def host_ram_bytes() -> int | None:
+    """Physical RAM of this host (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def host_budget(local_devices: int, budget_gib: float | None = None) -> int | None:
+    """Pinned host bytes one device's program may use: ``budget_gib`` when given (per device), else
+    ``HOST_RAM_SHARE`` of the host's RAM shared by this process's local devices (their programs each hold
+    their own offloaded activations). None when the RAM is unknown: no host check then."""
+    if budget_gib is not None:
+        return int(budget_gib * GiB)
+    ram = host_ram_bytes()
+    return None if ram is None else int(HOST_RAM_SHARE * ram / max(1, local_devices))
 
 
 def device_budget(devices, budget_gib: float | None = None) -> int | None:
@@ -114,26 +152,37 @@ REDUCE_HINTS = (
 )
 
 
-def too_big_message(programs: list[ProgramMemory], budget: int, remat: str) -> str:
-    lines = [f"the train step does not fit the device: predicted {predicted_peak(programs) / GiB:.2f} GiB per "
-             f"device, available {budget / GiB:.2f} GiB (model.remat={remat}; compiled program analysis):"]
+def fits(programs: list[ProgramMemory], budget: int | None, host: int | None) -> bool:
+    return (budget is None or predicted_peak(programs) <= budget) and (host is None or predicted_host(programs) <= host)
+
+
+def too_big_message(programs: list[ProgramMemory], budget: int | None, remat: str, host: int | None = None) -> str:
+    if budget is not None and predicted_peak(programs) > budget:
+        what = (f"the device: predicted {predicted_peak(programs) / GiB:.2f} GiB per device, available "
+                f"{budget / GiB:.2f} GiB")
+    else:
+        what = (f"the host's pinned memory: predicted {predicted_host(programs) / GiB:.2f} GiB per device of "
+                f"offloaded activations, budget {host / GiB:.2f} GiB (host_memory_budget_gib; default "
+                f"{HOST_RAM_SHARE:.0%} of RAM over the local devices)")
+    lines = [f"the train step does not fit {what} (model.remat={remat}; compiled program analysis):"]
     lines += [f"  {p.describe()}" for p in programs]
     lines.append("reduce it with: " + "; ".join(REDUCE_HINTS))
     return "\n".join(lines)
 
 
-def choose(compile_for, candidates, budget: int | None):
-    """``compile_for(remat) -> (compiled, [ProgramMemory])`` for each candidate in order; the first that fits
-    (``budget`` None: the first). Raises ``MemoryPlanError`` naming the last (smallest) one when none fits."""
+def choose(compile_for, candidates, budget: int | None, host: int | None = None):
+    """``compile_for(remat) -> (compiled, [ProgramMemory])`` for each candidate in order; the first whose device
+    peak fits ``budget`` and whose pinned host memory fits ``host`` (None: no check). Raises ``MemoryPlanError``
+    naming the last (smallest) one when none fits."""
     tried = []
     for remat in candidates:
         compiled, programs = compile_for(remat)
-        peak = predicted_peak(programs)
-        tried.append(f"{remat} {peak / GiB:.1f} GiB")
-        if budget is None or not programs or peak <= budget:
+        peak, pinned = predicted_peak(programs), predicted_host(programs)
+        tried.append(f"{remat} {peak / GiB:.1f} GiB" + (f" + host {pinned / GiB:.1f} GiB" if pinned else ""))
+        if not programs or fits(programs, budget, host):
             return remat, compiled, programs, tried
     label = "auto, tried " + ", ".join(tried) if len(candidates) > 1 else candidates[0]
-    raise MemoryPlanError(too_big_message(programs, budget, label))
+    raise MemoryPlanError(too_big_message(programs, budget, label, host))
 
 
 def abstract_batch(cfg, mesh, slots: int | None) -> dict:
@@ -162,11 +211,14 @@ class StepPlan:
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"device": jax.devices()[0].device_kind, "remat": self.remat, "tried": self.tried,
                        "predicted_peak_gib": predicted_peak(self.programs) / GiB,
+                       "predicted_host_gib": predicted_host(self.programs) / GiB,
                        "programs": [dict(vars(p), peak=p.peak) for p in self.programs]}, f, indent=1)
 
     def summary(self) -> str:
         mem = ", ".join(f"{p.name} {p.peak / GiB:.1f}" for p in self.programs)
-        return f"model.remat={self.remat}; predicted device memory (GiB): {mem or 'not reported'}"
+        pinned = predicted_host(self.programs)
+        host = f"; pinned host memory {pinned / GiB:.1f} GiB per device (offloaded activations)" if pinned else ""
+        return f"model.remat={self.remat}; predicted device memory (GiB): {mem or 'not reported'}{host}"
 
 
 def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key) -> StepPlan:
@@ -178,6 +230,7 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key) -> StepPlan:
     from longrm_jax.training.steps import jit_train_step, make_train_step
 
     budget = device_budget(mesh.local_devices, cfg.memory_budget_gib) if cfg.memory_check else None
+    host = host_budget(len(mesh.local_devices), cfg.host_memory_budget_gib) if cfg.memory_check else None
     batch = abstract_batch(cfg, mesh, 1 + spec.num_rejects if spec.slotted else None)
 
     def compile_for(remat):
@@ -193,5 +246,5 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key) -> StepPlan:
         return compiled, [m for m in programs if m is not None]
 
     candidates = AUTO_REMAT_ORDER if cfg.model.remat == "auto" else (mcfg.remat,)
-    remat, compiled, programs, tried = choose(compile_for, candidates, budget)
+    remat, compiled, programs, tried = choose(compile_for, candidates, budget, host)
     return StepPlan(remat, compiled, programs, tried)
