@@ -43,6 +43,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _allow_pinned_host_memory(cfg) -> None:
+    """Offloading policies keep activations in pinned host memory, which XLA's GPU client caps at 64 GB unless
+    told otherwise before it starts (a 2 x 128K Qwen3-8B pair offloads 72 GiB): raise the cap to the memory
+    plan's host budget (``host_memory_budget_gib`` per device, else 75% of the RAM) unless the user set it."""
+    from longrm_jax.training.memory_plan import HOST_RAM_SHARE, host_ram_bytes
+
+    if "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB" in os.environ:
+        return
+    ram = host_ram_bytes()
+    budget = cfg.host_memory_budget_gib or (HOST_RAM_SHARE * ram / 2**30 if ram else None)
+    if budget:
+        os.environ["XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB"] = str(int(budget))
+
+
 def main(argv: list[str] | None = None) -> int:
     from longrm_jax.cli_support import run_cli
 
@@ -71,6 +85,8 @@ def _train(argv: list[str]) -> int:
         from longrm_jax.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
 
         add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)
+    if cfg.model.remat == "auto" or cfg.model.remat.startswith("offload_"):
+        _allow_pinned_host_memory(cfg)
     from longrm_jax.data.pipeline import NoTrainableDataError
     from longrm_jax.training.loop import DegenerateDataError, NonFiniteLossError, run
     from longrm_jax.training.run_lock import RunDirLockedError
