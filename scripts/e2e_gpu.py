@@ -162,10 +162,10 @@ def _check_disk(work: str, hf_dir: str, full_params: bool) -> None:
     need = max(2 * ckpt, ckpt + weights)
     free = shutil.disk_usage(work).free
     if free < need:
-        raise SystemExit(f"not enough disk under {work}: the chain needs about {need / 1e9:.0f} GB more (weights "
-                         f"{weights / 1e9:.1f} GB; training checkpoints {'3' if full_params else '1'} x that, two at "
-                         f"once while the resumed run saves; then one and the export), {free / 1e9:.0f} GB are free; give "
-                         "--work a larger disk")
+        raise SystemExit(f"not enough disk under {work}: the chain needs about {need / 1e9:.0f} GB more "
+                         f"(weights {weights / 1e9:.1f} GB; training checkpoints {'3' if full_params else '1'} x "
+                         "that, two at once while the resumed run saves; then one and the export), "
+                         f"{free / 1e9:.0f} GB are free; give --work a larger disk")
 
 
 def main(argv=None) -> int:

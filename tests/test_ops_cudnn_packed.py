@@ -4,7 +4,8 @@ cuDNN cannot run here. Checked: the runs/offsets/lengths derived from segment id
 the static bound, an id in two runs), the statistics layout conversion (against a token-by-token scatter
 and its inverse), the lowering to cuDNN's custom call, the dispatch of the hybrid's backward with a
 stand-in for the cuDNN call that reads the ragged statistics the way cuDNN does (layout confirmed on an
-H200 by scripts/bench_packed_attention.py's probe), the choice among views of the row, and the fallback to tokamax's backward.
+H200 by scripts/bench_packed_attention.py's probe), the choice among views of the row, and the fallback
+to tokamax's backward.
 """
 
 import jax
