@@ -87,6 +87,11 @@ def _train(argv: list[str]) -> int:
         add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)
     if cfg.model.remat == "auto" or cfg.model.remat.startswith("offload_"):
         _allow_pinned_host_memory(cfg)
+    if cfg.compilation_cache:
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", cfg.compilation_cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     from longrm_jax.data.pipeline import NoTrainableDataError
     from longrm_jax.training.loop import DegenerateDataError, NonFiniteLossError, run
     from longrm_jax.training.run_lock import RunDirLockedError

@@ -46,3 +46,27 @@ def test_the_default_run_is_package_data_with_one_copy():
     assert os.path.realpath(linked) == os.path.realpath(packaged)  # configs/ links the package's file
     with open(packaged) as f:
         assert yaml.safe_load(f) == DEFAULT_CONFIG
+
+
+def test_compilation_cache_is_written_and_reused(tmp_path):
+    """`compilation_cache: DIR` stores the compiled step programs; a second run of the same shapes finds them."""
+    import os
+    import subprocess
+    import sys
+
+    cache = tmp_path / "xla_cache"
+    args = [sys.executable, "-m", "longrm_jax.train", "--set", "stage=bt", "--set", "data.seq_len=256",
+            "--set", "data.batch_rows=4", "--set", "model.overrides={num_layers: 2}",
+            "--set", "data.synthetic.lengths=[60]", "--set", "data.num_train=8", "--set", "steps=1",
+            "--set", "eval_before=false", "--set", "eval_after=false", "--set", "tensorboard=false",
+            "--set", "progress=false", "--set", "checkpoint.every=0", "--set", "checkpoint.at_end=false",
+            "--set", "mesh.fsdp=1", "--set", f"compilation_cache={cache}"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    for run in (1, 2):
+        proc = subprocess.run(args + ["--set", f"output_dir={tmp_path / f'run{run}'}"], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        if run == 1:
+            entries = set(os.listdir(cache))
+            assert entries, "no compiled program was cached"
+    assert set(os.listdir(cache)) == entries  # the second run wrote nothing new: it reused every entry
