@@ -90,7 +90,7 @@ def _train(argv: list[str]) -> int:
     if cfg.compilation_cache:
         import jax
 
-        jax.config.update("jax_compilation_cache_dir", cfg.compilation_cache)
+        jax.config.update("jax_compilation_cache_dir", os.path.expanduser(cfg.compilation_cache))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     from longrm_jax.data.pipeline import NoTrainableDataError
     from longrm_jax.training.loop import DegenerateDataError, NonFiniteLossError, run
