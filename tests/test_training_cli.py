@@ -70,3 +70,30 @@ def test_compilation_cache_is_written_and_reused(tmp_path):
             entries = set(os.listdir(cache))
             assert entries, "no compiled program was cached"
     assert set(os.listdir(cache)) == entries  # the second run wrote nothing new: it reused every entry
+
+
+def test_profile_window_writes_a_trace_the_summary_reads(tmp_path):
+    """`profile.steps: N` traces steps [start, start + N); scripts/profile_summary.py reads the trace."""
+    import glob
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "longrm_jax.train", "--set", "stage=bt", "--set", "data.seq_len=256",
+            "--set", "data.batch_rows=2", "--set", "model.overrides={num_layers: 1}",
+            "--set", "data.synthetic.lengths=[60]", "--set", "data.num_train=8", "--set", "steps=3",
+            "--set", "eval_before=false", "--set", "eval_after=false", "--set", "tensorboard=false",
+            "--set", "progress=false", "--set", "checkpoint.every=0", "--set", "checkpoint.at_end=false",
+            "--set", "mesh.fsdp=1", "--set", "profile.start=2", "--set", "profile.steps=1",
+            "--set", f"output_dir={out}"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    traces = glob.glob(str(out / "profile" / "**" / "*.xplane.pb"), recursive=True)
+    assert len(traces) == 1
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "profile_summary.py")
+    proc = subprocess.run([sys.executable, script, str(out / "profile")], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "CPU-only trace" in proc.stdout

@@ -139,6 +139,15 @@ class CheckpointSection:
 
 
 @dataclass
+class ProfileSection:
+    # Trace optimizer steps [start, start + steps) (1-based) with jax.profiler; 0 steps: off. The trace (an XLA
+    # xplane, readable by TensorBoard's profile plugin, xprof or scripts/profile_summary.py) goes to `dir`.
+    start: int = 2  # step 1 includes first-call work (autotuning, allocator growth): start after it
+    steps: int = 0
+    dir: str | None = None  # None: <output_dir>/profile
+
+
+@dataclass
 class DistributedSection:
     # "auto": initialise when a cluster environment is detected; "on": always (needs the fields or env);
     # "off": never.
@@ -178,6 +187,7 @@ class TrainConfig:
     lora: LoraSection = field(default_factory=LoraSection)
     mesh: MeshSection = field(default_factory=MeshSection)
     checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
+    profile: ProfileSection = field(default_factory=ProfileSection)
     distributed: DistributedSection = field(default_factory=DistributedSection)
 
     def validate(self) -> "TrainConfig":
@@ -250,6 +260,8 @@ class TrainConfig:
             ("lora.rank", self.lora.rank, self.lora.rank >= 0, ">= 0 (0: full fine-tuning)"),
             ("checkpoint.every", self.checkpoint.every, self.checkpoint.every >= 0, ">= 0 (0: only at the end)"),
             ("checkpoint.keep", self.checkpoint.keep, self.checkpoint.keep >= 1, ">= 1"),
+            ("profile.start", self.profile.start, self.profile.start >= 1, ">= 1"),
+            ("profile.steps", self.profile.steps, self.profile.steps >= 0, ">= 0 (0: off)"),
             ("memory_budget_gib", self.memory_budget_gib,
              self.memory_budget_gib is None or self.memory_budget_gib > 0, "> 0 (or unset)"),
             ("host_memory_budget_gib", self.host_memory_budget_gib,

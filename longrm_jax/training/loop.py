@@ -32,7 +32,7 @@ from longrm_jax.training.model_setup import load_model, model_config
 from longrm_jax.training.run_lock import RunLock
 from longrm_jax.training.state import create_state, lr_schedule, make_optimizer
 from longrm_jax.training.steps import StageSpec, jit_train_step, make_eval_step, make_train_step
-from longrm_jax.training.telemetry import MetricsWriter, peak_flops, step_flops
+from longrm_jax.training.telemetry import MetricsWriter, StepProfiler, peak_flops, step_flops
 
 
 class NonFiniteLossError(RuntimeError):
@@ -296,6 +296,8 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
     bar = tqdm(total=total_steps, initial=start, desc=f"train {cfg.stage}", dynamic_ncols=True,
                disable=not cfg.progress or jax.process_index() != 0)
     step = start
+    profiler = StepProfiler(cfg.profile.start, cfg.profile.steps,
+                            cfg.profile.dir or os.path.join(cfg.output_dir, "profile"))
     try:
         while step < total_steps:
             host = next(iterator)  # this process's rows of the global batch
@@ -308,11 +310,13 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
             step_fn = steps_by_groups(_global_max_groups(host))
             batch = batch_lib.to_global(batch_lib.prepare(host, seq_shards=inputs.seq_shards, slots=inputs.slots),
                                         inputs.mesh)
+            profiler.before(step + 1)
             t0 = time.perf_counter()
             state, metrics = step_fn(state, batch)
             metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
             dt = time.perf_counter() - t0
             step += 1
+            profiler.after(step)
             if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])):
                 ckpt.wait()
                 good = ckpt.latest_step()
@@ -334,6 +338,7 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
         if last_saved != step and cfg.checkpoint.at_end:
             ckpt.save(step, state, iterator.get_state(), cfg.to_dict(), mcfg)
     finally:
+        profiler.close()
         bar.close()
         ckpt.close()
         iterator.close()

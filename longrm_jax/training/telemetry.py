@@ -98,3 +98,28 @@ class MetricsWriter:
             self.tb.close()
             self.tb = None
         self.enabled = False
+
+
+class StepProfiler:
+    """Traces optimizer steps ``[start, start + steps)`` (1-based) with ``jax.profiler``: call ``before(step)``
+    before running step ``step`` and ``after(step)`` once its results are on the host; ``close()`` stops a trace
+    still open (a run that ends or fails inside the window)."""
+
+    def __init__(self, start: int, steps: int, out_dir: str):
+        self.start, self.stop, self.out_dir = start, start + steps, out_dir
+        self.active = False
+
+    def before(self, step: int) -> None:
+        if self.stop > self.start and step == self.start and not self.active:
+            os.makedirs(self.out_dir, exist_ok=True)
+            jax.profiler.start_trace(self.out_dir)
+            self.active = True
+
+    def after(self, step: int) -> None:
+        if self.active and step + 1 >= self.stop:
+            self.close()
+
+    def close(self) -> None:
+        if self.active:
+            jax.profiler.stop_trace()
+            self.active = False

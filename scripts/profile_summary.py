@@ -1,0 +1,121 @@
+"""Summarise a jax.profiler trace (e.g. the trainer's `profile.steps` window) without TensorBoard:
+
+    python scripts/profile_summary.py runs/x/profile [--top 30] [--json out.json]
+
+For each GPU in the trace: the span of its XLA modules (wall time on the device), how long its streams were
+busy, host<->device copy time and bytes, and the ops (the "XLA Ops" line: HLO fusions, custom calls such as the
+attention kernels, copies) that took the most time, each with its share of the span. Plain CPU traces have no
+device planes; the script then says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+from collections import defaultdict
+
+
+def _trace_files(path: str) -> list[str]:
+    if os.path.isfile(path):
+        return [path]
+    files = sorted(glob.glob(os.path.join(path, "**", "*.xplane.pb"), recursive=True))
+    if not files:
+        raise SystemExit(f"no *.xplane.pb under {path}")
+    return files
+
+
+def _busy_ns(intervals: list[tuple[int, int]]) -> int:
+    """Length of the union of [start, end) intervals."""
+    total, end = 0, None
+    for s, e in sorted(intervals):
+        if end is None or s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def _op_family(name: str) -> str:
+    """A coarse bucket for an HLO op name (fusion.123 -> fusion, custom-call names kept)."""
+    return re.sub(r"[._]\d+$", "", name)
+
+
+def summarize_plane(plane) -> dict:
+    ops: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    stream_intervals: list[tuple[int, int]] = []
+    copies = {"HtoD": [0.0, 0], "DtoH": [0.0, 0], "DtoD": [0.0, 0]}
+    module_span = [None, None]
+    for line in plane.lines:
+        events = list(line.events)
+        if line.name == "XLA Ops":
+            for e in events:
+                ops[e.name] += e.duration_ns
+                counts[e.name] += 1
+        elif line.name == "XLA Modules":
+            for e in events:
+                s, t = int(e.start_ns), int(e.end_ns)
+                module_span[0] = s if module_span[0] is None else min(module_span[0], s)
+                module_span[1] = t if module_span[1] is None else max(module_span[1], t)
+        elif line.name.startswith("Stream"):
+            for e in events:
+                stream_intervals.append((int(e.start_ns), int(e.end_ns)))
+                kind = next((k for k in copies if k in e.name), None)
+                if kind:
+                    copies[kind][0] += e.duration_ns
+                    nbytes = dict(e.stats).get("memcpy_details", "")
+                    m = re.search(r"size:(\d+)", str(nbytes))
+                    copies[kind][1] += int(m.group(1)) if m else 0
+    span = (module_span[1] - module_span[0]) if module_span[0] is not None else None
+    return {"device": plane.name, "span_s": span / 1e9 if span else None,
+            "stream_busy_s": _busy_ns(stream_intervals) / 1e9,
+            "copies": {k: {"s": v[0] / 1e9, "gb": v[1] / 1e9} for k, v in copies.items()},
+            "ops": sorted(({"op": k, "s": v / 1e9, "calls": counts[k]} for k, v in ops.items()),
+                          key=lambda r: -r["s"])}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("trace", help="a profile directory (searched for *.xplane.pb) or one .xplane.pb file")
+    p.add_argument("--top", type=int, default=30, help="ops to list per device")
+    p.add_argument("--json", default=None, help="also write the summary as JSON here")
+    args = p.parse_args(argv)
+    from jax.profiler import ProfileData  # noqa: PLC0415 - keep --help fast
+
+    out = []
+    for path in _trace_files(args.trace):
+        data = ProfileData.from_file(path)
+        planes = [pl for pl in data.planes if pl.name.startswith("/device:GPU") or pl.name.startswith("/device:TPU")]
+        if not planes:
+            print(f"{path}: no GPU/TPU device planes (a CPU-only trace)")
+        for plane in planes:
+            s = summarize_plane(plane)
+            out.append(s)
+            span = s["span_s"] or s["stream_busy_s"]
+            print(f"\n{path}\n{s['device']}: modules span {span:.3f} s, streams busy {s['stream_busy_s']:.3f} s")
+            for kind, c in s["copies"].items():
+                if c["s"]:
+                    print(f"  memcpy {kind}: {c['s']:.3f} s, {c['gb']:.2f} GB"
+                          + (f" ({c['gb'] / c['s']:.1f} GB/s)" if c["gb"] else ""))
+            families: dict[str, float] = defaultdict(float)
+            for r in s["ops"]:
+                families[_op_family(r["op"])] += r["s"]
+            print("  | op | calls | s | % of span |\n  |---|---:|---:|---:|")
+            for r in s["ops"][: args.top]:
+                print(f"  | {r['op'][:60]} | {r['calls']} | {r['s']:.3f} | {100 * r['s'] / span:.1f} |")
+            print("  families: " + ", ".join(f"{k} {v:.2f} s" for k, v in
+                                             sorted(families.items(), key=lambda kv: -kv[1])[:12]))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
