@@ -4,6 +4,7 @@ evaluate. One model per call (the device machines give a command 10 minutes):
     python scripts/e2e_gpu.py --model qwen3_8b      # causal LM: SimPO, then GRM evaluation (generation)
     python scripts/e2e_gpu.py --model llama31_8b    # classifier: Bradley-Terry with the shipped LoRA, DisRM
     python scripts/e2e_gpu.py --smoke --model qwen3_8b   # tiny shapes on the CPU (checks the script)
+    python scripts/e2e_gpu.py --model qwen3_8b --scratch /dev/shm   # a 64 GB disk: HF checkpoints in RAM
 
 Phases, each timed (wall seconds; peak GPU memory where a GPU is visible: `nvidia-smi` polled while the
 phase runs, with XLA's preallocation off outside training, and the trainer's own `peak_gib` for training):
@@ -49,7 +50,11 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=None, help="training steps; the kill comes once step 1's checkpoint "
                    "is complete, so later steps must still be running then (default 2; 40 with --smoke, where a "
                    "step takes milliseconds)")
-    p.add_argument("--work", default=None, help="working directory (default: a fresh one under /tmp)")
+    p.add_argument("--work", default=None, help="working directory (default: a fresh one under /tmp); the "
+                   "training checkpoints go here")
+    p.add_argument("--scratch", default=None, help="directory for the HF checkpoints (input and export) and the "
+                   "benchmark files, e.g. /dev/shm when the disk holds only the training checkpoint (default: "
+                   "--work)")
     p.add_argument("--eval-samples", type=int, default=1, help="samples per task file (--limit)")
     p.add_argument("--eval-tasks", default="LongQA,Safety", help="Long-RewardBench task files to evaluate")
     p.add_argument("--max-new-tokens", type=int, default=64, help="GRM generation budget per judgement")
@@ -153,19 +158,24 @@ def _dir_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
-def _check_disk(work: str, hf_dir: str, full_params: bool) -> None:
-    """Stop before training when the disk cannot hold the chain: training checkpoints of the bf16 weights (x 3 with
-    AdamW's two moments for full fine-tuning; LoRA saves the frozen base once plus small adapters): two of them
-    while the resumed run saves its last one, later one and the export."""
+def _check_disk(work: str, scratch: str, hf_dir: str, full_params: bool) -> None:
+    """Stop before training when the disks cannot hold the chain. Training checkpoints hold the bf16 weights (x 3
+    with AdamW's two moments for full fine-tuning; LoRA saves the frozen base once plus small adapters); the runs
+    use `checkpoint.on_low_disk=delete_oldest`, so one is on disk at a time where two do not fit. The export is
+    one more copy of the weights, on the scratch disk."""
     weights = _dir_bytes(hf_dir)
     ckpt = (3 if full_params else 1) * weights
-    need = max(2 * ckpt, ckpt + weights)
-    free = shutil.disk_usage(work).free
-    if free < need:
-        raise SystemExit(f"not enough disk under {work}: the chain needs about {need / 1e9:.0f} GB more "
-                         f"(weights {weights / 1e9:.1f} GB; training checkpoints {'3' if full_params else '1'} x "
-                         "that, two at once while the resumed run saves; then one and the export), "
-                         f"{free / 1e9:.0f} GB are free; give --work a larger disk")
+    same = os.stat(work).st_dev == os.stat(scratch).st_dev
+    needs = {work: ckpt + (weights if same else 0)}
+    if not same:
+        needs[scratch] = weights
+    for where, need in needs.items():
+        free = shutil.disk_usage(where).free
+        if free < need:
+            raise SystemExit(f"not enough disk under {where}: about {need / 1e9:.0f} GB more are needed (weights "
+                             f"{weights / 1e9:.1f} GB; a training checkpoint {'3' if full_params else '1'} x that"
+                             f"{', the export' if where == scratch else ''}), {free / 1e9:.0f} GB are free; give "
+                             "--work (training checkpoints) or --scratch (HF checkpoints) a larger disk")
 
 
 def main(argv=None) -> int:
@@ -176,15 +186,18 @@ def main(argv=None) -> int:
     preset = TINY[args.model] if args.smoke else args.model
     length = 128 if args.smoke else args.length
     work = args.work or os.path.join("/tmp", f"e2e_{args.model}_{os.getpid()}")
+    scratch = os.path.join(args.scratch, os.path.basename(work)) if args.scratch else work
     os.makedirs(work, exist_ok=True)
-    hf_init, run_dir = os.path.join(work, "hf_init"), os.path.join(work, "run")
-    hf_out, lrb, eval_dir = os.path.join(work, "hf_trained"), os.path.join(work, "lrb"), os.path.join(work, "eval")
+    os.makedirs(scratch, exist_ok=True)
+    hf_init, run_dir = os.path.join(scratch, "hf_init"), os.path.join(work, "run")
+    hf_out, lrb = os.path.join(scratch, "hf_trained"), os.path.join(scratch, "lrb")
+    eval_dir = os.path.join(work, "eval")
     phases = Phases()
     if args.smoke:
         os.environ["JAX_PLATFORMS"] = "cpu"
 
     phases.timed("write_hf", lambda: _bench.write_random_hf(preset, "classifier" if stage == "bt" else "causal_lm", hf_init))
-    _check_disk(work, hf_init, full_params=stage != "bt")
+    _check_disk(work, scratch, hf_init, full_params=stage != "bt")
     train = ["longrm_jax.train", "--config", os.path.join(ROOT, config)]
     # bf16 weights (and, for full fine-tuning, AdamW moments): an 8B model's full-parameter state fits one H200
     # that way, and the disk of the lent GPU machines (64 GB) holds the HF checkpoint, a training checkpoint and
@@ -197,7 +210,7 @@ def main(argv=None) -> int:
                  "data.batch_rows=2", "grad_accum=1", "data.num_buckets=1", f"data.num_train={4 * args.steps}",
                  f"data.synthetic={{lengths: [{max(length - 64, 8)}]}}", f"steps={args.steps}", "log_every=1",
                  "eval_before=false", "eval_after=false", "checkpoint.every=1", "checkpoint.keep=1",
-                 "checkpoint.overwrite=true", "mesh.data=1", "mesh.fsdp=1", "mesh.seq=1", f"output_dir={run_dir}"]:
+                 "checkpoint.overwrite=true", "checkpoint.on_low_disk=delete_oldest", "mesh.data=1", "mesh.fsdp=1", "mesh.seq=1", f"output_dir={run_dir}"]:
         train += ["--set", item]
     ckpt_dir = os.path.join(run_dir, "checkpoints")
 
@@ -249,6 +262,8 @@ def main(argv=None) -> int:
         json.dump(phases.rows, f, indent=1)
     if not args.keep and not args.work:
         shutil.rmtree(work, ignore_errors=True)
+    if not args.keep and scratch != work:
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 

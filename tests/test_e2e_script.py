@@ -16,10 +16,11 @@ def test_e2e_smoke_chain(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)
     proc = subprocess.run([sys.executable, os.path.join("scripts", "e2e_gpu.py"), "--smoke", "--model", "qwen3_8b",
-                           "--work", str(tmp_path)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+                           "--work", str(tmp_path / "work"), "--scratch", str(tmp_path / "scratch"), "--keep"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    phases = {r["phase"]: r for r in json.loads((tmp_path / "phases.json").read_text())}
+    phases = {r["phase"]: r for r in json.loads((tmp_path / "work" / "phases.json").read_text())}
     assert list(phases) == ["write_hf", "train", "resume", "export", "data", "evaluate"]
     assert phases["train"]["killed"] and phases["resume"]["rc"] == 0
-    assert (tmp_path / "eval" / "results.csv").exists()
+    assert (tmp_path / "work" / "eval" / "results.csv").exists()
+    assert (tmp_path / "scratch" / "work" / "hf_trained" / "config.json").exists()  # HF checkpoints on --scratch
     assert "| total |" in proc.stdout

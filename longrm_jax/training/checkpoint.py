@@ -13,7 +13,9 @@ what a user may name (the run's ``output_dir``, its ``checkpoints/``, one step f
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -23,6 +25,12 @@ from longrm_jax.models import ModelConfig
 from longrm_jax.training.lora import effective_params
 
 ITEMS = ("state", "data", "config", "model")
+DISK_POLICIES = ("error", "delete_oldest")
+log = logging.getLogger(__name__)
+
+
+class CheckpointDiskError(RuntimeError):
+    """The disk cannot hold the next checkpoint (raised before anything is written)."""
 
 
 def _manager(directory: str, *, keep: int = 3, async_save: bool = True, read_only: bool = False):
@@ -42,8 +50,11 @@ def model_config_dict(mcfg: ModelConfig) -> dict:
 class Checkpointer:
     """Saves and restores a run's ``TrainState`` + iterator state + configs."""
 
-    def __init__(self, directory: str, *, keep: int = 3, async_save: bool = True):
+    def __init__(self, directory: str, *, keep: int = 3, async_save: bool = True, on_low_disk: str = "error"):
+        if on_low_disk not in DISK_POLICIES:
+            raise ValueError(f"on_low_disk must be one of {DISK_POLICIES}; got {on_low_disk!r}")
         self.directory = os.path.abspath(directory)
+        self.on_low_disk = on_low_disk
         self.manager = _manager(self.directory, keep=keep, async_save=async_save)
 
     def latest_step(self) -> int | None:
@@ -52,12 +63,39 @@ class Checkpointer:
     def save(self, step: int, state, data_state: dict, config: dict, mcfg: ModelConfig) -> None:
         """Start an (asynchronous) save; device buffers are copied before this returns, so the caller may
         donate ``state`` to the next step right away."""
+        self._make_room(step, _state_bytes(state))
         self.manager.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(_as_dict(state)),
             data=ocp.args.JsonSave(data_state),
             config=ocp.args.JsonSave(config),
             model=ocp.args.JsonSave(model_config_dict(mcfg)),
         ), force=True)
+
+    def _make_room(self, step: int, need: int) -> None:
+        """Check, before writing, that the disk holds another checkpoint of ``need`` bytes (orbax keeps the older
+        steps until the new one is complete, so a full disk would otherwise fail mid-save, minutes later).
+        Policy "delete_oldest" deletes kept steps, oldest first, until it fits (then, until the save completes,
+        fewer, possibly no, restorable steps exist); "error" stops with what to change."""
+        need = int(need * 1.02) + (64 << 20)  # metadata, per-file overhead
+        free = shutil.disk_usage(self.directory).free
+        if free >= need:
+            return
+        self.manager.wait_until_finished()  # a save in flight may still be writing (or deleting) steps
+        free = shutil.disk_usage(self.directory).free
+        steps = sorted(self.manager.all_steps())
+        while free < need and self.on_low_disk == "delete_oldest" and steps:
+            old = steps.pop(0)
+            log.warning("checkpoint step %d needs %.1f GB, %.1f GB free under %s: deleting step %d first "
+                        "(checkpoint.on_low_disk=delete_oldest)%s", step, need / 1e9, free / 1e9, self.directory,
+                        old, "; no restorable step until this save completes" if not steps else "")
+            self.manager.delete(old)
+            free = shutil.disk_usage(self.directory).free
+        if free < need:
+            raise CheckpointDiskError(
+                f"checkpoint step {step} needs about {need / 1e9:.1f} GB, {free / 1e9:.1f} GB are free under "
+                f"{self.directory} (kept steps: {sorted(self.manager.all_steps()) or 'none'}). Free disk space, "
+                "point checkpoint.dir at a larger disk, lower checkpoint.keep, or set checkpoint.on_low_disk="
+                "delete_oldest (the older steps are deleted before the new one is written).")
 
     def restore(self, state_template, step: int | None = None):
         """(state, data_state, step) of ``step`` (default: latest), placed like ``state_template``."""
@@ -75,6 +113,11 @@ class Checkpointer:
     def close(self) -> None:
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+def _state_bytes(state) -> int:
+    """Bytes the state occupies in a checkpoint (global sizes: every process writes its shards of one copy)."""
+    return sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(_as_dict(state)))
 
 
 def _as_dict(state) -> dict:

@@ -136,6 +136,10 @@ class CheckpointSection:
     # A fresh (not --resume) run into a directory that already holds checkpoints: replace them (true) or stop
     # with an error (false).
     overwrite: bool = False
+    # A save the disk cannot hold (checked before writing; orbax keeps older steps until the new one is complete):
+    # "error" stops naming the sizes; "delete_oldest" deletes kept steps, oldest first, until it fits (for disks
+    # that hold one checkpoint, e.g. an 8B full-parameter state of 49 GB on a 64 GB disk).
+    on_low_disk: str = "error"
 
 
 @dataclass
@@ -222,6 +226,9 @@ class TrainConfig:
         bad_axes = set(self.mesh.param_axes) - {"data", "fsdp", "seq", "tensor"}
         if bad_axes:
             raise ConfigError(f"mesh.param_axes: unknown mesh axes {sorted(bad_axes)}; valid: data, fsdp, seq, tensor")
+        if self.checkpoint.on_low_disk not in ("error", "delete_oldest"):
+            raise ConfigError(f"checkpoint.on_low_disk must be error or delete_oldest; got "
+                              f"{self.checkpoint.on_low_disk!r}")
         if self.distributed.mode not in ("auto", "on", "off"):
             raise ConfigError(f"distributed.mode must be auto, on or off; got {self.distributed.mode!r}")
         return self

@@ -154,7 +154,8 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
     state, state_sh = create_state(cfg, codec, values, tx, inputs.mesh, state_key)
     del values
     with jax.set_mesh(inputs.mesh):
-        ckpt = Checkpointer(inputs.ckpt_dir, keep=cfg.checkpoint.keep, async_save=cfg.checkpoint.async_save)
+        ckpt = Checkpointer(inputs.ckpt_dir, keep=cfg.checkpoint.keep, async_save=cfg.checkpoint.async_save,
+                            on_low_disk=cfg.checkpoint.on_low_disk)
         iterator = train_iterator(cfg, inputs.tokenizer, inputs.records)
         state, start = _restore(ckpt, state, iterator, resume, inputs.ckpt_dir)
         steps_by_groups = _StepsByGroups(cfg, codec, tx, schedule, state_sh, inputs, first_spec, plan.step)

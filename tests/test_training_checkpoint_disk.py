@@ -1,0 +1,58 @@
+"""Checkpoint saves check the disk first: "error" stops before writing, "delete_oldest" makes room."""
+
+import collections
+import dataclasses
+import shutil
+
+import jax.numpy as jnp
+import pytest
+
+from longrm_jax.models import ModelConfig
+from longrm_jax.training import checkpoint as ckpt_lib
+
+
+@dataclasses.dataclass
+class _State:
+    params: dict
+
+
+def _fake_disk(monkeypatch, free_bytes):
+    """disk_usage reports `free_bytes()` free."""
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(ckpt_lib.shutil, "disk_usage", lambda path: usage(1 << 40, 0, free_bytes()))
+
+
+def _save(ck, step):
+    ck.save(step, _State({"w": jnp.ones((256, 256))}), {"i": step}, {"run": 1}, ModelConfig(vocab_size=8, hidden_size=4, intermediate_size=8, num_layers=1, num_heads=1,
+                                                                          num_kv_heads=1, head_dim=4))
+    ck.wait()
+
+
+def test_low_disk_error_names_sizes_and_knobs_before_writing(tmp_path, monkeypatch):
+    ck = ckpt_lib.Checkpointer(str(tmp_path / "c"), keep=2, async_save=False)
+    _save(ck, 1)
+    _fake_disk(monkeypatch, lambda: 1 << 20)  # 1 MB free: less than the 64 MB margin
+    with pytest.raises(ckpt_lib.CheckpointDiskError, match=r"checkpoint step 2 needs about .* GB.*on_low_disk"):
+        _save(ck, 2)
+    assert ck.manager.all_steps() == [1]  # nothing written, nothing deleted
+    ck.close()
+
+
+def test_delete_oldest_makes_room_then_saves(tmp_path, monkeypatch, caplog):
+    ck = ckpt_lib.Checkpointer(str(tmp_path / "c"), keep=3, async_save=False, on_low_disk="delete_oldest")
+    _save(ck, 1)
+    _save(ck, 2)
+    real = shutil.disk_usage
+    # "Free" space grows once step 1 is gone: enough for one more checkpoint only then.
+    _fake_disk(monkeypatch, lambda: (1 << 30) if 1 not in ck.manager.all_steps() else (1 << 20))
+    with caplog.at_level("WARNING"):
+        _save(ck, 3)
+    assert ck.manager.all_steps() == [2, 3]
+    assert "deleting step 1 first" in caplog.text
+    monkeypatch.setattr(ckpt_lib.shutil, "disk_usage", real)
+    ck.close()
+
+
+def test_bad_policy_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="on_low_disk"):
+        ckpt_lib.Checkpointer(str(tmp_path / "c"), on_low_disk="sometimes")
