@@ -46,38 +46,61 @@ def _op_family(name: str) -> str:
     return re.sub(r"[._]\d+$", "", name)
 
 
+_COPY_KINDS = {"HtoD": ("htod", "h2d", "hosttodevice"), "DtoH": ("dtoh", "d2h", "devicetohost"),
+               "DtoD": ("dtod", "d2d", "devicetodevice")}
+
+
+def _copy_kind(name: str) -> str | None:
+    low = name.lower().replace(" ", "").replace("_", "")
+    if "memcpy" not in low and "copy" not in low:
+        return None
+    return next((k for k, keys in _COPY_KINDS.items() if any(key in low for key in keys)), None)
+
+
 def summarize_plane(plane) -> dict:
-    ops: dict[str, float] = defaultdict(float)
-    counts: dict[str, int] = defaultdict(int)
-    stream_intervals: list[tuple[int, int]] = []
-    copies = {"HtoD": [0.0, 0], "DtoH": [0.0, 0], "DtoD": [0.0, 0]}
+    """Per line of the device plane: events, busy time and the heaviest event names. Op names come from the
+    "XLA Ops" line where the trace has one, else from the kernel (stream) lines."""
+    lines, copies = [], {k: [0.0, 0] for k in _COPY_KINDS}
     module_span = [None, None]
+    stream_intervals: list[tuple[int, int]] = []
     for line in plane.lines:
         events = list(line.events)
-        if line.name == "XLA Ops":
-            for e in events:
-                ops[e.name] += e.duration_ns
-                counts[e.name] += 1
-        elif line.name == "XLA Modules":
-            for e in events:
-                s, t = int(e.start_ns), int(e.end_ns)
-                module_span[0] = s if module_span[0] is None else min(module_span[0], s)
-                module_span[1] = t if module_span[1] is None else max(module_span[1], t)
-        elif line.name.startswith("Stream"):
-            for e in events:
-                stream_intervals.append((int(e.start_ns), int(e.end_ns)))
-                kind = next((k for k in copies if k in e.name), None)
-                if kind:
-                    copies[kind][0] += e.duration_ns
-                    nbytes = dict(e.stats).get("memcpy_details", "")
-                    m = re.search(r"size:(\d+)", str(nbytes))
-                    copies[kind][1] += int(m.group(1)) if m else 0
+        names: dict[str, float] = defaultdict(float)
+        counts: dict[str, int] = defaultdict(int)
+        intervals = []
+        for e in events:
+            names[e.name] += e.duration_ns
+            counts[e.name] += 1
+            intervals.append((int(e.start_ns), int(e.end_ns)))
+            kind = _copy_kind(e.name)
+            if kind and not line.name.startswith("XLA"):
+                copies[kind][0] += e.duration_ns
+                m = re.search(r"(?:size|bytes)\D{0,3}(\d+)", " ".join(str(v) for v in dict(e.stats).values()))
+                copies[kind][1] += int(m.group(1)) if m else 0
+        if line.name == "XLA Modules" and intervals:
+            module_span = [min(s for s, _ in intervals), max(t for _, t in intervals)]
+        if not line.name.startswith("XLA"):
+            stream_intervals += intervals
+        lines.append({"line": line.name, "events": len(events), "busy_s": _busy_ns(intervals) / 1e9,
+                      "ops": sorted(({"op": k, "s": v / 1e9, "calls": counts[k]} for k, v in names.items()),
+                                    key=lambda r: -r["s"])})
     span = (module_span[1] - module_span[0]) if module_span[0] is not None else None
+    op_line = next((ln for ln in lines if ln["line"] == "XLA Ops"), None)
+    if op_line is None:  # no HLO-op line: merge the kernel lines
+        merged: dict[str, list] = defaultdict(lambda: [0.0, 0])
+        for ln in lines:
+            if not ln["line"].startswith("XLA"):
+                for r in ln["ops"]:
+                    merged[r["op"]][0] += r["s"]
+                    merged[r["op"]][1] += r["calls"]
+        ops = sorted(({"op": k, "s": v[0], "calls": v[1]} for k, v in merged.items()), key=lambda r: -r["s"])
+    else:
+        ops = op_line["ops"]
     return {"device": plane.name, "span_s": span / 1e9 if span else None,
             "stream_busy_s": _busy_ns(stream_intervals) / 1e9,
             "copies": {k: {"s": v[0] / 1e9, "gb": v[1] / 1e9} for k, v in copies.items()},
-            "ops": sorted(({"op": k, "s": v / 1e9, "calls": counts[k]} for k, v in ops.items()),
-                          key=lambda r: -r["s"])}
+            "lines": [{k: v for k, v in ln.items() if k != "ops"} | {"top": ln["ops"][:5]} for ln in lines],
+            "ops": ops}
 
 
 def main(argv=None) -> int:
@@ -99,6 +122,9 @@ def main(argv=None) -> int:
             out.append(s)
             span = s["span_s"] or s["stream_busy_s"]
             print(f"\n{path}\n{s['device']}: modules span {span:.3f} s, streams busy {s['stream_busy_s']:.3f} s")
+            for ln in s["lines"]:
+                top = ", ".join(f"{r['op'][:40]} {r['s']:.3f}" for r in ln["top"][:3])
+                print(f"  line {ln['line']!r}: {ln['events']} events, busy {ln['busy_s']:.3f} s; top: {top}")
             for kind, c in s["copies"].items():
                 if c["s"]:
                     print(f"  memcpy {kind}: {c['s']:.3f} s, {c['gb']:.2f} GB"
