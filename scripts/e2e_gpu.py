@@ -145,14 +145,6 @@ class Phases:
             raise SystemExit(f"phase {name} failed (rc {rc}); log: {log_path}")
         return rc
 
-    def timed(self, name: str, fn):
-        t0 = time.perf_counter()
-        with GpuMemoryPoller() as poller:
-            fn()
-        self.rows.append({"phase": name, "wall_s": time.perf_counter() - t0, "peak_gib": poller.peak, "rc": 0,
-                          "killed": False, "command": "(in process)"})
-        print(f"{name}: {self.rows[-1]['wall_s']:.1f} s", flush=True)
-
 
 def _dir_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
@@ -179,6 +171,10 @@ def _check_disk(work: str, scratch: str, hf_dir: str, full_params: bool) -> None
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--write-hf"]:  # the write_hf phase's child process: PRESET HEAD DIR
+        _bench.write_random_hf(*argv[1:4])
+        return 0
     args = parse_args(argv)
     stage, config, eval_flags = MODELS[args.model]
     if args.steps is None:
@@ -196,7 +192,11 @@ def main(argv=None) -> int:
     if args.smoke:
         os.environ["JAX_PLATFORMS"] = "cpu"
 
-    phases.timed("write_hf", lambda: _bench.write_random_hf(preset, "classifier" if stage == "bt" else "causal_lm", hf_init))
+    # In a child process: JAX in this process would keep its device memory for the rest of the chain, and the
+    # trainer started next would find only what is left of the GPU (a 37 GiB pool instead of 132 on an H200).
+    phases.run("write_hf", [sys.executable, os.path.abspath(__file__), "--write-hf", preset,
+                            "classifier" if stage == "bt" else "causal_lm", hf_init], env=_env(args.smoke, False),
+               log_dir=work)
     _check_disk(work, scratch, hf_init, full_params=stage != "bt")
     train = ["longrm_jax.train", "--config", os.path.join(ROOT, config)]
     # bf16 weights (and, for full fine-tuning, AdamW moments): an 8B model's full-parameter state fits one H200
