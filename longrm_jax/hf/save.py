@@ -67,8 +67,12 @@ def hf_tensors(model_or_params, cfg: ModelConfig, dtype=None):
     np_dtype = None if dtype is None else np.dtype(jax.numpy.dtype(dtype))
 
     def convert(rule, arr):
-        out = to_hf(rule, np.asarray(jax.device_get(arr)))
-        return out if np_dtype is None else out.astype(np_dtype)
+        if isinstance(arr, jax.Array):  # layout and dtype on the device, then one fetch of the final bytes
+            out = to_hf(rule, arr)
+            out = out if np_dtype is None else out.astype(np_dtype)
+            return np.asarray(jax.device_get(out))
+        out = to_hf(rule, np.asarray(arr))
+        return out if np_dtype is None else out.astype(np_dtype, copy=False)
 
     order = {("model", "embed"): 0, ("model", "final_norm"): 2, ("lm_head",): 3, ("score",): 3}
     stacked = [r for r in rules if r.stacked]
