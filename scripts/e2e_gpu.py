@@ -199,7 +199,9 @@ def main(argv=None) -> int:
                log_dir=work)
     _check_disk(work, scratch, hf_init, full_params=stage != "bt")
     train = ["longrm_jax.train", "--config", os.path.join(ROOT, config)]
-    # bf16 weights (and, for full fine-tuning, AdamW moments): an 8B model's full-parameter state fits one H200
+    # save_host_gb: the 8B full-parameter state (49 GB) is copied to host memory in batches, not at once (a
+    # 128 GB host with the HF checkpoints in /dev/shm killed the unbounded save). bf16 weights (and, for full
+    # fine-tuning, AdamW moments): an 8B model's full-parameter state fits one H200
     # that way, and the disk of the lent GPU machines (64 GB) holds the HF checkpoint, a training checkpoint and
     # the export. save_attention_out: the fastest policy that fits a 2 x 32K pair (auto would first compile the
     # policy without rematerialisation, which does not, in each of the two training phases).
@@ -210,7 +212,8 @@ def main(argv=None) -> int:
                  "data.batch_rows=2", "grad_accum=1", "data.num_buckets=1", f"data.num_train={4 * args.steps}",
                  f"data.synthetic={{lengths: [{max(length - 64, 8)}]}}", f"steps={args.steps}", "log_every=1",
                  "eval_before=false", "eval_after=false", "checkpoint.every=1", "checkpoint.keep=1",
-                 "checkpoint.overwrite=true", "checkpoint.on_low_disk=delete_oldest", "mesh.data=1", "mesh.fsdp=1", "mesh.seq=1", f"output_dir={run_dir}"]:
+                 "checkpoint.overwrite=true", "checkpoint.on_low_disk=delete_oldest",
+                 "checkpoint.save_host_gb=8", "mesh.data=1", "mesh.fsdp=1", "mesh.seq=1", f"output_dir={run_dir}"]:
         train += ["--set", item]
     ckpt_dir = os.path.join(run_dir, "checkpoints")
 

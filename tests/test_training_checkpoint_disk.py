@@ -56,3 +56,21 @@ def test_delete_oldest_makes_room_then_saves(tmp_path, monkeypatch, caplog):
 def test_bad_policy_is_refused(tmp_path):
     with pytest.raises(ValueError, match="on_low_disk"):
         ckpt_lib.Checkpointer(str(tmp_path / "c"), on_low_disk="sometimes")
+
+
+def test_bounded_host_memory_save_restores_the_same_state(tmp_path):
+    """checkpoint.save_host_gb: orbax's PyTree handler with capped host buffers; same values back."""
+    import numpy as np
+
+    ck = ckpt_lib.Checkpointer(str(tmp_path / "c"), keep=2, async_save=True, save_host_gb=1)
+    state = _State({"w": jnp.arange(4096.0).reshape(64, 64), "b": jnp.ones((3,), jnp.bfloat16)})
+    ck.save(1, state, {"i": 1}, {"run": 1}, ModelConfig(vocab_size=8, hidden_size=4, intermediate_size=8,
+                                                          num_layers=1, num_heads=1, num_kv_heads=1, head_dim=4))
+    ck.wait()
+    back, data, step = ck.restore(_State({"w": jnp.zeros((64, 64)), "b": jnp.zeros((3,), jnp.bfloat16)}))
+    assert step == 1 and data == {"i": 1}
+    np.testing.assert_array_equal(back.params["w"], state.params["w"])
+    assert back.params["b"].dtype == jnp.bfloat16
+    ck.close()
+    # The other tools read it like any checkpoint (same on-disk format).
+    assert ckpt_lib.is_training_checkpoint(str(tmp_path / "c"))

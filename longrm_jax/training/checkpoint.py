@@ -33,12 +33,20 @@ class CheckpointDiskError(RuntimeError):
     """The disk cannot hold the next checkpoint (raised before anything is written)."""
 
 
-def _manager(directory: str, *, keep: int = 3, async_save: bool = True, read_only: bool = False):
+def _manager(directory: str, *, keep: int = 3, async_save: bool = True, read_only: bool = False,
+             save_host_gb: int | None = None):
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, enable_async_checkpointing=async_save, create=not read_only, read_only=read_only,
         cleanup_tmp_directories=not read_only,
     )
-    return ocp.CheckpointManager(os.path.abspath(directory), options=options, item_names=ITEMS)
+    if save_host_gb is None:
+        return ocp.CheckpointManager(os.path.abspath(directory), options=options, item_names=ITEMS)
+    # Bounded host memory: orbax copies every array to host memory at once by default (an 8B full-parameter
+    # state is 49 GB) and lets up to 96 GB be in flight to the disk; this caps both (arrays then move in batches,
+    # so part of an asynchronous save blocks). Same on-disk format as StandardSave.
+    state = ocp.PyTreeCheckpointHandler(save_concurrent_gb=save_host_gb, save_device_host_concurrent_gb=save_host_gb)
+    handlers = {"state": state, **{k: ocp.JsonCheckpointHandler() for k in ITEMS if k != "state"}}
+    return ocp.CheckpointManager(os.path.abspath(directory), options=options, item_handlers=handlers)
 
 
 def model_config_dict(mcfg: ModelConfig) -> dict:
@@ -50,12 +58,14 @@ def model_config_dict(mcfg: ModelConfig) -> dict:
 class Checkpointer:
     """Saves and restores a run's ``TrainState`` + iterator state + configs."""
 
-    def __init__(self, directory: str, *, keep: int = 3, async_save: bool = True, on_low_disk: str = "error"):
+    def __init__(self, directory: str, *, keep: int = 3, async_save: bool = True, on_low_disk: str = "error",
+                 save_host_gb: int | None = None):
         if on_low_disk not in DISK_POLICIES:
             raise ValueError(f"on_low_disk must be one of {DISK_POLICIES}; got {on_low_disk!r}")
         self.directory = os.path.abspath(directory)
         self.on_low_disk = on_low_disk
-        self.manager = _manager(self.directory, keep=keep, async_save=async_save)
+        self.bounded = save_host_gb is not None
+        self.manager = _manager(self.directory, keep=keep, async_save=async_save, save_host_gb=save_host_gb)
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
@@ -64,8 +74,9 @@ class Checkpointer:
         """Start an (asynchronous) save; device buffers are copied before this returns, so the caller may
         donate ``state`` to the next step right away."""
         self._make_room(step, _state_bytes(state))
+        save = ocp.args.PyTreeSave if self.bounded else ocp.args.StandardSave
         self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(_as_dict(state)),
+            state=save(_as_dict(state)),
             data=ocp.args.JsonSave(data_state),
             config=ocp.args.JsonSave(config),
             model=ocp.args.JsonSave(model_config_dict(mcfg)),
@@ -103,8 +114,9 @@ class Checkpointer:
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _as_dict(state_template))
-        out = self.manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract), data=ocp.args.JsonRestore()))
+        restore = (ocp.args.PyTreeRestore(abstract, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract))
+                   if self.bounded else ocp.args.StandardRestore(abstract))
+        out = self.manager.restore(step, args=ocp.args.Composite(state=restore, data=ocp.args.JsonRestore()))
         return type(state_template)(**out["state"]), out["data"], step
 
     def wait(self) -> None:

@@ -140,6 +140,9 @@ class CheckpointSection:
     # "error" stops naming the sizes; "delete_oldest" deletes kept steps, oldest first, until it fits (for disks
     # that hold one checkpoint, e.g. an 8B full-parameter state of 49 GB on a 64 GB disk).
     on_low_disk: str = "error"
+    # Host memory a save may use, in GB (None: orbax's defaults, which copy the whole state to host memory at once
+    # and let up to 96 GB be in flight to the disk). Set it when the state is a large share of the host's RAM.
+    save_host_gb: int | None = None
 
 
 @dataclass
@@ -267,6 +270,8 @@ class TrainConfig:
             ("lora.rank", self.lora.rank, self.lora.rank >= 0, ">= 0 (0: full fine-tuning)"),
             ("checkpoint.every", self.checkpoint.every, self.checkpoint.every >= 0, ">= 0 (0: only at the end)"),
             ("checkpoint.keep", self.checkpoint.keep, self.checkpoint.keep >= 1, ">= 1"),
+            ("checkpoint.save_host_gb", self.checkpoint.save_host_gb,
+             self.checkpoint.save_host_gb is None or self.checkpoint.save_host_gb >= 1, ">= 1 (or unset)"),
             ("profile.start", self.profile.start, self.profile.start >= 1, ">= 1"),
             ("profile.steps", self.profile.steps, self.profile.steps >= 0, ">= 0 (0: off)"),
             ("memory_budget_gib", self.memory_budget_gib,

@@ -155,7 +155,7 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
     del values
     with jax.set_mesh(inputs.mesh):
         ckpt = Checkpointer(inputs.ckpt_dir, keep=cfg.checkpoint.keep, async_save=cfg.checkpoint.async_save,
-                            on_low_disk=cfg.checkpoint.on_low_disk)
+                            on_low_disk=cfg.checkpoint.on_low_disk, save_host_gb=cfg.checkpoint.save_host_gb)
         iterator = train_iterator(cfg, inputs.tokenizer, inputs.records)
         state, start = _restore(ckpt, state, iterator, resume, inputs.ckpt_dir)
         steps_by_groups = _StepsByGroups(cfg, codec, tx, schedule, state_sh, inputs, first_spec, plan.step)
