@@ -28,9 +28,9 @@ from longrm_jax.training.data_source import (count_batches, degenerate_groups, e
 from longrm_jax.training.data_source import slots as data_slots
 from longrm_jax.training.distributed import maybe_initialize
 from longrm_jax.training.memory_plan import peak_device_gib, plan_train_step
-from longrm_jax.training.model_setup import load_model, model_config
+from longrm_jax.training.model_setup import codec_for, load_model, model_config
 from longrm_jax.training.run_lock import RunLock
-from longrm_jax.training.state import create_state, lr_schedule, make_optimizer
+from longrm_jax.training.state import abstract_state, create_state, lr_schedule, make_optimizer
 from longrm_jax.training.steps import StageSpec, jit_train_step, make_eval_step, make_train_step
 from longrm_jax.training.telemetry import MetricsWriter, StepProfiler, peak_flops, step_flops
 
@@ -150,12 +150,20 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
 
     # Built outside the mesh context: abstract NNX models would try to read their logical axis names as mesh
     # axes under it. Every array is placed with an explicit NamedSharding instead.
-    mcfg, codec, values = load_model(cfg, inputs.mesh, inputs.tokenizer)
-    state, state_sh = create_state(cfg, codec, values, tx, inputs.mesh, state_key)
-    del values
+    ckpt = Checkpointer(inputs.ckpt_dir, keep=cfg.checkpoint.keep, async_save=cfg.checkpoint.async_save,
+                        on_low_disk=cfg.checkpoint.on_low_disk, save_host_gb=cfg.checkpoint.save_host_gb)
+    if resume and ckpt.latest_step() is not None:
+        # The checkpoint holds the whole state (LoRA's frozen base too): restore into an abstract one. Loading
+        # the init weights first would read them for nothing and leave the restored 8B state scattered around
+        # their freed buffers (a resumed Qwen3-8B run then failed to find 48 GiB in one piece for its update).
+        mcfg = model_config(cfg, inputs.tokenizer)
+        codec = codec_for(mcfg)
+        state, state_sh = abstract_state(cfg, codec, tx, inputs.mesh, state_key)
+    else:
+        mcfg, codec, values = load_model(cfg, inputs.mesh, inputs.tokenizer)
+        state, state_sh = create_state(cfg, codec, values, tx, inputs.mesh, state_key)
+        del values
     with jax.set_mesh(inputs.mesh):
-        ckpt = Checkpointer(inputs.ckpt_dir, keep=cfg.checkpoint.keep, async_save=cfg.checkpoint.async_save,
-                            on_low_disk=cfg.checkpoint.on_low_disk, save_host_gb=cfg.checkpoint.save_host_gb)
         iterator = train_iterator(cfg, inputs.tokenizer, inputs.records)
         state, start = _restore(ckpt, state, iterator, resume, inputs.ckpt_dir)
         steps_by_groups = _StepsByGroups(cfg, codec, tx, schedule, state_sh, inputs, first_spec, plan.step)
