@@ -134,3 +134,15 @@ def test_evaluate_help_documents_batching_flags(capsys):
     text = capsys.readouterr().out
     for flag in ("--static-batches", "--decode-chunk", "--device-memory-gib", "--simulate-judgement-lengths"):
         assert flag in text
+
+
+def test_donated_slot_state_and_cache_have_one_buffer_per_leaf():
+    """admit/decode donate the cache and the slot state; a GPU refuses a buffer donated twice (the CPU backend
+    never donates, so check the buffers themselves)."""
+    import jax
+
+    from longrm_jax.evaluation.continuous import empty_state
+
+    leaves = jax.tree.leaves(empty_state(4, 8, 3, 0))
+    pointers = [x.unsafe_buffer_pointer() for x in leaves]
+    assert len(set(pointers)) == len(pointers)

@@ -60,8 +60,12 @@ class SlotState:
 
 
 def empty_state(slots: int, max_new: int, num_letters: int, pad_id: int) -> SlotState:
-    zeros = jnp.zeros((slots,), jnp.int32)
-    return SlotState(token=jnp.full((slots,), pad_id, jnp.int32), position=zeros, count=zeros, budget=zeros,
+    # One buffer per field: the state is donated to the jitted admit/decode calls, and a GPU refuses to donate
+    # one buffer twice (the CPU backend does not donate, so only a GPU run shows it).
+    def zeros():
+        return jnp.zeros((slots,), jnp.int32)
+
+    return SlotState(token=jnp.full((slots,), pad_id, jnp.int32), position=zeros(), count=zeros(), budget=zeros(),
                      done=jnp.ones((slots,), bool), active=jnp.zeros((slots,), bool),
                      tokens=jnp.full((slots, max_new), pad_id, jnp.int32),
                      letters=jnp.zeros((slots, max_new, num_letters), jnp.float32))
