@@ -39,6 +39,15 @@ from longrm_jax.parallel.zigzag import zigzag_permutation
 logger = logging.getLogger(__name__)
 
 
+def prepare_for_decoding(model):
+    """Put ``model`` (a causal LM) in the inference weight layout, in place, once per loaded model: q/k/v and
+    gate/up each stored as one weight (:meth:`longrm_jax.models.decoder.Decoder.fuse_projections`), so that
+    every decode step runs one matmul for each. Outputs are the same; the fused model is for evaluation only
+    (not for training or HF export). Returns ``model``."""
+    model.model.fuse_projections()
+    return model
+
+
 def _constrain_cache(cache):
     """Under a mesh: cache slots split like the prompt tokens (rows over data x fsdp, slots over seq, kv heads
     over tensor), so a long context's cache is spread over the seq devices. A no-op without a mesh."""

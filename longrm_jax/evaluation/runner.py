@@ -131,10 +131,17 @@ def check_model_kind(cfg: EvalConfig) -> None:
 
 
 def load_model(cfg: EvalConfig, mesh):
+    """The model as the evaluation runs it: a generative judge in the decoding weight layout (fused q/k/v and
+    gate/up projections, built once here)."""
     from longrm_jax.hf.load import load_pretrained
 
-    return load_pretrained(cfg.model_path, dtype=cfg.dtype, mesh=mesh,
-                           head="classifier" if cfg.is_disrm else "causal_lm")
+    model = load_pretrained(cfg.model_path, dtype=cfg.dtype, mesh=mesh,
+                            head="classifier" if cfg.is_disrm else "causal_lm")
+    if not cfg.is_disrm:
+        from longrm_jax.evaluation.generation import prepare_for_decoding
+
+        prepare_for_decoding(model)
+    return model
 
 
 def _progress(items, cfg: EvalConfig, desc: str):

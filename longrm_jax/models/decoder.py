@@ -34,6 +34,8 @@ from longrm_jax.models.layers import (LAYER_INPUT_NAME, constrain, layer_forward
                                       rms_norm)
 from longrm_jax.models.rope import rope_cos_sin, rope_parameters
 from longrm_jax.ops import attention
+from longrm_jax.parallel.mesh import logical_to_spec
+from longrm_jax.parallel.placement import fit_spec
 
 
 def layer_param_specs(cfg: ModelConfig) -> dict[str, tuple[tuple[int, ...], tuple[str, ...], str]]:
@@ -99,6 +101,16 @@ def default_positions(segment_ids: jax.Array | None, batch: int, length: int) ->
     return idx - start_index
 
 
+def _like_sharding(array: jax.Array, logical, rules: Mapping | None, shape):
+    """Sharding of a new weight of ``shape`` with logical axis names ``logical``, on the mesh ``array`` is
+    placed on; None (the default placement) when ``array`` is on one device or being traced."""
+    sharding = getattr(array, "sharding", None) if isinstance(array, jax.Array) else None
+    if not isinstance(sharding, jax.sharding.NamedSharding):
+        return None
+    spec = logical_to_spec(logical, rules, sharding.mesh)
+    return jax.sharding.NamedSharding(sharding.mesh, fit_spec(spec, shape, sharding.mesh))
+
+
 class DecoderLayers(nnx.Module):
     """All layers' weights, each stacked along a leading ``layers`` axis."""
 
@@ -109,6 +121,42 @@ class DecoderLayers(nnx.Module):
 
     def stacked(self) -> dict[str, jax.Array]:
         return {name: getattr(self, name)[...] for name in self.names}
+
+    def fuse_projections(self, cfg: ModelConfig, rules: Mapping | None = None) -> None:
+        """Switch to the inference layout, in place and once: ``qkv_proj`` [L, D, K, G + 2, H] replaces q/k/v
+        and ``gate_up_proj`` [L, D, 2, F] replaces gate/up (see :mod:`longrm_jax.models.layers`), so that a
+        decode step runs one matmul for each, reading the weights as stored. The separate weights are
+        dropped one group at a time, so memory grows by at most one fused weight while this runs.
+
+        The parameter tree then no longer follows the HF name mapping: for generation and scoring only
+        (training, checkpoints and HF export take the unfused model). A no-op when already fused."""
+        if "qkv_proj" in self.names:
+            return
+        layers, d, k, h = cfg.num_layers, cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim
+        g = cfg.num_heads // k
+
+        def qkv(q, k_, v):
+            return jnp.concatenate([q.reshape(layers, d, k, g, h), k_[:, :, :, None], v[:, :, :, None]], axis=3)
+
+        def gate_up(gate, up):
+            return jnp.stack([gate, up], axis=2)
+
+        groups = (("qkv_proj", ("q_proj", "k_proj", "v_proj"), qkv,
+                   ("layers", "embed", "kv_heads", None, "head_dim")),
+                  ("gate_up_proj", ("gate_proj", "up_proj"), gate_up, ("layers", "embed", None, "mlp")))
+        names = list(self.names)
+        for fused_name, parts, combine, logical in groups:
+            arrays = [getattr(self, name)[...] for name in parts]
+            shape = jax.eval_shape(combine, *arrays).shape
+            sharding = _like_sharding(arrays[0], logical, None if rules is None else dict(rules), shape)
+            value = jax.jit(combine, out_shardings=sharding)(*arrays)
+            del arrays
+            for name in parts:
+                delattr(self, name)
+            setattr(self, fused_name, nnx.Param(value, out_sharding=logical, eager_sharding=False))
+            names[names.index(parts[0])] = fused_name
+            names = [name for name in names if name not in parts]
+        self.names = tuple(names)
 
 
 class Decoder(nnx.Module):
@@ -147,6 +195,11 @@ class Decoder(nnx.Module):
 
         carry, _ = jax.lax.scan(scan_body, carry, (stacked, jnp.arange(cfg.num_layers, dtype=jnp.int32)))
         return carry
+
+    def fuse_projections(self) -> None:
+        """The inference weight layout (one q/k/v and one gate/up matmul): see
+        :meth:`DecoderLayers.fuse_projections`."""
+        self.layers.fuse_projections(self.config, self.rules)
 
     def __call__(self, input_ids, positions=None, segment_ids=None, *, cache: KVCache | None = None,
                  prefill: bool = False):

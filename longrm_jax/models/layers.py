@@ -6,6 +6,11 @@ cache. Parameter layouts (per layer, i.e. without the leading ``layers`` axis):
   attn_norm, mlp_norm [D]          q_proj [D, N, H]    k_proj, v_proj [D, K, H]    o_proj [N, H, D]
   q_norm, k_norm [H] (Qwen3)       q_bias [N, H], k_bias / v_bias [K, H], o_bias [D] (attention_bias)
   gate_proj, up_proj [D, F]        down_proj [F, D]    gate_bias / up_bias [F], down_bias [D] (mlp_bias)
+
+Inference layout (:meth:`longrm_jax.models.decoder.DecoderLayers.fuse_projections`, used by the evaluator):
+q/k/v weights as one ``qkv_proj`` [D, K, G + 2, H] (G = N / K query heads per kv head: kv head k's G query
+heads, then its key head, then its value head) and gate/up as one ``gate_up_proj`` [D, 2, F], so that a
+decode step runs one matmul where it ran three and two. The layer functions read either layout.
 """
 
 from __future__ import annotations
@@ -22,9 +27,14 @@ from longrm_jax.parallel.placement import fit_spec
 
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     """HF order: normalise in float32, cast back to the input dtype, then multiply by the weight."""
+    return weight.astype(x.dtype) * rms_normalize(x, eps)
+
+
+def rms_normalize(x: jax.Array, eps: float) -> jax.Array:
+    """:func:`rms_norm` before the weight: x / rms(x) in float32, cast back to x's dtype."""
     x32 = x.astype(jnp.float32)
     x32 = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + eps)
-    return weight.astype(x.dtype) * x32.astype(x.dtype)
+    return x32.astype(x.dtype)
 
 
 def constrain(x: jax.Array, names: tuple[str | None, ...], rules) -> jax.Array:
@@ -44,6 +54,8 @@ def _cast(p: dict, dtype) -> dict:
 
 def qkv_projection(p: dict, h_btd: jax.Array, cos, sin, cfg: ModelConfig):
     """q [B,T,N,H], k, v [B,T,K,H] with Qwen3's per-head q/k norm (before RoPE) and RoPE applied."""
+    if "qkv_proj" in p:
+        return _fused_qkv_projection(p, h_btd, cos, sin, cfg)
     q = jnp.einsum("btd,dnh->btnh", h_btd, p["q_proj"])
     k = jnp.einsum("btd,dkh->btkh", h_btd, p["k_proj"])
     v = jnp.einsum("btd,dkh->btkh", h_btd, p["v_proj"])
@@ -55,9 +67,35 @@ def qkv_projection(p: dict, h_btd: jax.Array, cos, sin, cfg: ModelConfig):
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
+def _fused_qkv_projection(p: dict, h_btd: jax.Array, cos, sin, cfg: ModelConfig):
+    """:func:`qkv_projection` on the fused ``qkv_proj`` [D, K, G + 2, H]: one matmul, and Qwen3's q and k
+    norms as one per-head normalisation of the whole matmul output (the value heads' share is computed and
+    dropped: normalising a slice would cost XLA a separate copy kernel), each weight applied after the split
+    (the same arithmetic as :func:`rms_norm` per head)."""
+    b, t, _ = h_btd.shape
+    g = cfg.num_heads // cfg.num_kv_heads
+    qkv = jnp.einsum("btd,dkgh->btkgh", h_btd, p["qkv_proj"])  # [B, T, K, G + 2, H]
+    if cfg.attention_bias:
+        qkv = qkv + jnp.concatenate([p["q_bias"].reshape(cfg.num_kv_heads, g, cfg.head_dim),
+                                     p["k_bias"][:, None], p["v_bias"][:, None]], axis=1)
+    v = qkv[:, :, :, g + 1]
+    if cfg.qk_norm:
+        normed = rms_normalize(qkv, cfg.rms_norm_eps)
+        q = p["q_norm"].astype(qkv.dtype) * normed[:, :, :, :g]
+        k = p["k_norm"].astype(qkv.dtype) * normed[:, :, :, g]
+    else:
+        q, k = qkv[:, :, :, :g], qkv[:, :, :, g]
+    q = q.reshape(b, t, cfg.num_heads, cfg.head_dim)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
 def mlp(p: dict, h_btd: jax.Array, cfg: ModelConfig, rules) -> jax.Array:
-    gate = jnp.einsum("btd,df->btf", h_btd, p["gate_proj"])
-    up = jnp.einsum("btd,df->btf", h_btd, p["up_proj"])
+    if "gate_up_proj" in p:  # fused inference layout [D, 2, F]: one matmul
+        gate_up = jnp.einsum("btd,dcf->btcf", h_btd, p["gate_up_proj"])
+        gate, up = gate_up[:, :, 0], gate_up[:, :, 1]
+    else:
+        gate = jnp.einsum("btd,df->btf", h_btd, p["gate_proj"])
+        up = jnp.einsum("btd,df->btf", h_btd, p["up_proj"])
     if cfg.mlp_bias:
         gate, up = gate + p["gate_bias"], up + p["up_bias"]
     act = constrain(jax.nn.silu(gate) * up, ("batch", "seq", "act_mlp"), rules)
@@ -107,12 +145,21 @@ def _single_query_attention(q_bkgh, k_bskh, v_bskh, mask_bs, scale):
     [L, B, S, K, H] cache, and XLA (GPU) fuses a slice into a reduction but copies it (all S rows of the layer,
     keys and values) before a batched matmul whose batch dim (K) is not the outermost. Both products are formed
     in float32, so this is at least as accurate as bf16 dots with float32 accumulation.
+
+    The softmax is normalised after the value sum (sum_s e_s v_s / sum_s e_s, e = exp(score - max)), and the
+    denominator is the same weighted sum over a column of ones appended to the values, so that one reduction
+    computes both and the probabilities are never written: scores, max and one weighted sum, instead of
+    scores, max, sum, probabilities and the weighted sum. (Two separate sums, or a sum over the weights
+    broadcast to the values' shape, stay two reductions and write the weights in between.)
     """
     f32 = jnp.float32
     scores = jnp.sum(q_bkgh[:, None].astype(f32) * k_bskh[:, :, :, None, :].astype(f32), axis=-1) * scale
     scores = jnp.where(mask_bs[:, :, None, None], scores, jnp.finfo(f32).min)  # [B, S, K, G]
-    probs = jax.nn.softmax(scores, axis=1)
-    return jnp.sum(probs[..., None] * v_bskh[:, :, :, None, :].astype(f32), axis=1)
+    weights = jnp.exp(scores - jnp.max(scores, axis=1, keepdims=True))[..., None]  # masked slots: exactly 0
+    values = v_bskh.astype(f32)
+    values = jnp.concatenate([values, jnp.ones_like(values[..., :1])], axis=-1)[:, :, :, None, :]
+    sums = jnp.sum(weights * values, axis=1)  # [B, K, G, H + 1]: the weighted values, then the weights' sum
+    return sums[..., :-1] / sums[..., -1:]
 
 
 # Remat policy ``save_attention_out``: keep the attention kernel's two forward outputs (output and LSE, named by
