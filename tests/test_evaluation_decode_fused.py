@@ -11,6 +11,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from longrm_jax import load_pretrained  # noqa: E402
+from longrm_jax.hf.save import save_pretrained  # noqa: E402
 from longrm_jax.evaluation.generation import GreedyGenerator, _decode, prepare_for_decoding  # noqa: E402
 from longrm_jax.parallel.mesh import make_mesh  # noqa: E402
 from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
@@ -105,6 +106,8 @@ def test_fused_weights_built_once(checkpoint):
     qkv, gate_up = layers.qkv_proj[...], layers.gate_up_proj[...]
     prepare_for_decoding(model)
     assert layers.qkv_proj[...] is qkv and layers.gate_up_proj[...] is gate_up
+    with pytest.raises(KeyError, match="qkv_proj|gate_up_proj"):  # no HF name: a fused model is not exported by mistake
+        save_pretrained(model, path.parent / "export", progress=False)
 
     cache = model.init_cache(2, 24)
     first = jnp.zeros((2,), jnp.int32)
