@@ -180,11 +180,13 @@ def part_decode_jax(args) -> dict:
     from flax import nnx
 
     from longrm_jax.evaluation.batching import Batch, pad_rows
-    from longrm_jax.evaluation.generation import GreedyGenerator
+    from longrm_jax.evaluation.generation import GreedyGenerator, prepare_for_decoding
     from longrm_jax.models import build_model
 
     cfg = model_config(args, "causal_lm")
     model = jax.jit(lambda: build_model(cfg, rngs=nnx.Rngs(0)))()
+    if not args.decode_unfused:  # the evaluator's layout for a generative judge (fused q/k/v and gate/up)
+        prepare_for_decoding(model)
     never = cfg.vocab_size + 7  # a stop id no row can emit: every step runs
     steps, batch_rows, context = args.decode_steps, args.decode_batch, args.decode_context
     gen = GreedyGenerator(model, pad_id=cfg.pad_token_id, stop_ids=[never], max_new_tokens=steps,
@@ -245,6 +247,8 @@ def run_part(args, part: str, seq: int | None = None) -> dict | None:
     cmd += ["--warmup", str(args.warmup)]
     if args.hbm_gbps:
         cmd += ["--hbm-gbps", str(args.hbm_gbps)]
+    if args.decode_unfused:
+        cmd.append("--decode-unfused")
     env = dict(os.environ)
     if args.smoke:
         env.setdefault("JAX_PLATFORMS", "cpu")
@@ -319,7 +323,7 @@ def build_report(args, disrm: dict, decode: dict | None, shared: dict | None = N
         hbm = f"{decode['bandwidth'] / 1e12:.2f}" if decode["bandwidth"] else "-"
         flags = decode.get("xla_flags") or "none"
         lines += ["", f"GRM greedy decode at {args.decode_context}-token context, batch {args.decode_batch}, "
-                      f"{args.decode_steps} new tokens (prefill {decode['prefill_tokens'] / decode['prefill_seconds']:,.0f} tokens/s; "
+                      f"{args.decode_steps} new tokens, {'separate' if args.decode_unfused else 'fused'} projections (prefill {decode['prefill_tokens'] / decode['prefill_seconds']:,.0f} tokens/s; "
                       f"XLA_FLAGS: {flags}):", "",
                   "| decode tokens/s | bound tokens/s | of bound | weights GB | KV cache GB | HBM TB/s |",
                   "|---:|---:|---:|---:|---:|---:|",
@@ -331,7 +335,8 @@ def build_report(args, disrm: dict, decode: dict | None, shared: dict | None = N
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="qwen3_8b", help="model shapes (longrm_jax.training.model_setup.PRESETS)")
-    p.add_argument("--lengths", type=int, nargs="+", default=None, help="DisRM sequence lengths (default 32768 131072)")
+    p.add_argument("--lengths", type=int, nargs="*", default=None,
+                   help="DisRM sequence lengths (default 32768 131072; none: skip DisRM scoring)")
     p.add_argument("--sequences", type=int, default=None, help="sequences scored per length (default 4 up to 32K tokens, 2 beyond; smoke 3)")
     _bench.add_common_flags(p, iters=None, warmup=2,
                             smoke_help="tiny model on the CPU, short sequences (checks the script)")
@@ -341,6 +346,9 @@ def main(argv=None) -> int:
     p.add_argument("--hbm-gbps", type=float, default=None, help="HBM bandwidth GB/s for the bound (default: by device)")
     p.add_argument("--no-peer", action="store_true", help="skip the PyTorch peer")
     p.add_argument("--no-decode", action="store_true", help="skip the GRM decode measurement")
+    p.add_argument("--decode-unfused", action="store_true",
+                   help="decode with the training weight layout (separate q/k/v and gate/up weights) instead of "
+                        "the evaluator's fused one (evaluation.generation.prepare_for_decoding)")
     p.add_argument("--decode-no-gpu-flags", action="store_true",
                    help="decode without the GPU decode XLA flags (by default its subprocess gets them, as "
                         "`python -m longrm_jax.evaluate` does for GRM runs; DisRM parts never do)")
@@ -356,7 +364,8 @@ def main(argv=None) -> int:
         return bench_benchmark.main(args, argv)
     if args.smoke:
         args.preset = "tiny_qwen3" if args.preset == "qwen3_8b" else args.preset
-    args.lengths = args.lengths or ([256, 512] if args.smoke else [32_768, 131_072])
+    if args.lengths is None:
+        args.lengths = [256, 512] if args.smoke else [32_768, 131_072]
     args.decode_context = args.decode_context or (256 if args.smoke else 32_768)
     args.decode_steps = args.decode_steps or (16 if args.smoke else 256)
 

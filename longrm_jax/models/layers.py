@@ -138,28 +138,34 @@ def masked_attention(q_btnh, k_bskh, v_bskh, mask_bts, scale=None):
     return out.reshape(b, t, n, h).astype(q_btnh.dtype)
 
 
+# Chunks of the cache's S axis that the decode attention's value sum is split into (a hand-made split-K): cuBLAS
+# runs the [G, S] x [S, H] product of each kv head with only B x K output tiles, too few blocks to stream a 32K
+# cache at full speed; C chunks give C times as many, and the C partial sums are added afterwards.
+_DECODE_VALUE_SPLITS = 16
+
+
 def _single_query_attention(q_bkgh, k_bskh, v_bskh, mask_bs, scale):
     """One query per row (a decode step) over the cache: [B, K, G, H] float32.
 
-    Written as multiply + reduce rather than as dots on purpose: the cache operands are slices of the stacked
-    [L, B, S, K, H] cache, and XLA (GPU) fuses a slice into a reduction but copies it (all S rows of the layer,
-    keys and values) before a batched matmul whose batch dim (K) is not the outermost. Both products are formed
-    in float32, so this is at least as accurate as bf16 dots with float32 accumulation.
-
-    The softmax is normalised after the value sum (sum_s e_s v_s / sum_s e_s, e = exp(score - max)), and the
-    denominator is the same weighted sum over a column of ones appended to the values, so that one reduction
-    computes both and the probabilities are never written: scores, max and one weighted sum, instead of
-    scores, max, sum, probabilities and the weighted sum. (Two separate sums, or a sum over the weights
-    broadcast to the values' shape, stay two reductions and write the weights in between.)
+    Two batched matmuls (cuBLAS) that read each layer's keys and values in place, with the value product split
+    into ``_DECODE_VALUE_SPLITS`` chunks of the cache. Timed on an H200 (36 layers' attention over a stacked
+    Qwen3-8B cache of 32,768 slots, inside the layer scan, decode XLA flags): 12.5 ms per token at batch 1 as
+    the earlier multiply + reduce formulation (XLA reduction fusions at ~0.39 TB/s), 5.2 ms as two plain
+    matmuls, 4.4 ms with the split value product; batch 8: 102, 51 and 40 ms. Scores and softmax in float32;
+    the probabilities enter the value product in the cache's dtype with float32 accumulation (as HF's
+    attention does).
     """
     f32 = jnp.float32
-    scores = jnp.sum(q_bkgh[:, None].astype(f32) * k_bskh[:, :, :, None, :].astype(f32), axis=-1) * scale
-    scores = jnp.where(mask_bs[:, :, None, None], scores, jnp.finfo(f32).min)  # [B, S, K, G]
-    weights = jnp.exp(scores - jnp.max(scores, axis=1, keepdims=True))[..., None]  # masked slots: exactly 0
-    values = v_bskh.astype(f32)
-    values = jnp.concatenate([values, jnp.ones_like(values[..., :1])], axis=-1)[:, :, :, None, :]
-    sums = jnp.sum(weights * values, axis=1)  # [B, K, G, H + 1]: the weighted values, then the weights' sum
-    return sums[..., :-1] / sums[..., -1:]
+    b, s, k, h = k_bskh.shape
+    g = q_bkgh.shape[2]
+    scores = jnp.einsum("bkgh,bskh->bkgs", q_bkgh.astype(k_bskh.dtype), k_bskh, preferred_element_type=f32) * scale
+    scores = jnp.where(mask_bs[:, None, None, :], scores, jnp.finfo(f32).min)
+    weights = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))  # masked slots: exactly 0
+    splits = next(c for c in (_DECODE_VALUE_SPLITS, 8, 4, 2, 1) if s % c == 0)
+    chunks = weights.astype(v_bskh.dtype).reshape(b, k, g, splits, s // splits)
+    out = jnp.einsum("bkgcs,bcskh->bckgh", chunks, v_bskh.reshape(b, splits, s // splits, k, h),
+                     preferred_element_type=f32).sum(axis=1)
+    return out / jnp.sum(weights, axis=-1)[..., None]
 
 
 # Remat policy ``save_attention_out``: keep the attention kernel's two forward outputs (output and LSE, named by
