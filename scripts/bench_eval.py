@@ -286,7 +286,7 @@ def build_report(args, disrm: dict, decode: dict | None, shared: dict | None = N
     """The report's tables (markdown lines)."""
     lines = ["DisRM scoring (batch 1, one bucket of exactly L tokens, compile excluded):", "",
               "| L | sequences | ours tokens/s | ours TFLOP/s (MFU) | PyTorch SDPA tokens/s | TFLOP/s (MFU) | ours / peer |",
-              "|---:|---:|---:|---:|---:|---:|---:|"]
+              "|---:|---:|---:|---:|---:|---:|---:|"] if disrm else []
 
     def rate(r):
         if not r:
