@@ -172,3 +172,29 @@ def test_slotted_rows(data_dir, tok):
     assert seen == 48
     with pytest.raises(ValueError, match="slotted"):
         _make(data_dir / "sft_train.jsonl", tok, stage="sft", slotted=True)
+
+
+def test_default_window_is_bounded_by_the_row_length():
+    """The packing window shrinks with the row length (first-batch latency), never below one batch's rows."""
+    from longrm_jax.data.pipeline import PipelineConfig, auto_window_groups
+
+    assert [auto_window_groups(r) for r in (2048, 16384, 32768, 131072, 262144, 1 << 20)] == [256, 256, 128, 32,
+                                                                                               16, 8]
+    assert auto_window_groups(262144, batch_rows=64) == 64
+    assert PipelineConfig(max_length=262144, batch_size=2).resolved_window_groups == 16
+    assert PipelineConfig(max_length=262144, batch_size=2, window_groups=100).resolved_window_groups == 100
+
+
+def test_default_window_at_short_rows_is_the_former_default(data_dir, tok):
+    """At rows up to 16K tokens the automatic window is 256 groups, as the former fixed default: same batches, and
+    an iterator state saved with window_groups=256 restores into a default iterator."""
+    old = _make(data_dir / "train.jsonl", tok, window_groups=256, num_epochs=1)
+    first = next(old)
+    state = old.get_state()
+    rest_old = _drain(old)
+    new = _make(data_dir / "train.jsonl", tok, window_groups=None, num_epochs=1)
+    assert all(np.array_equal(first[k], v) for k, v in next(new).items())
+    new.close()
+    resumed = _make(data_dir / "train.jsonl", tok, window_groups=None, num_epochs=1)
+    resumed.set_state(state)
+    assert _same(_drain(resumed), rest_old)

@@ -13,7 +13,8 @@ Trainer API::
                                 # rule counters of data.tokenize.RULE_COUNTERS (prompt cuts, own rows, ...)}
 
 `data`: a path (see `readers`), a `RecordSource`, or a sequence of `SFTRecord` / `PreferenceRecord`.
-Other arguments (`PipelineConfig`): `buckets` (or `num_buckets`, `bucket_multiple`), `window_groups`,
+Other arguments (`PipelineConfig`): `buckets` (or `num_buckets`, `bucket_multiple`), `window_groups` (default:
+bounded by the row length, `auto_window_groups`),
 `truncation` ("prompt_middle" | "right" | "error", per sequence), `seq_len`, `slotted` (one
 group per row, sample r in slot r of `row length / group_size` tokens: see `packing`), `skip_bad_rows`, `reject_selection` ("first" |
 "random": a seeded subset when a row has more rejected than `num_rejects`), `shuffle`, `prefetch`,
@@ -78,7 +79,7 @@ class PipelineConfig:
     num_buckets: int = 4
     bucket_multiple: int = 128
     bucket_scheme: str = "halving"  # packing.make_buckets
-    window_groups: int = 256  # groups packed together (bigger: fuller rows, more memory)
+    window_groups: int | None = None  # groups packed together (bigger: fuller rows, more memory); None: auto
     # Each sequence longer than seq_len / the row, on its own: "prompt_middle" (cut the prompt's middle,
     # keep the response), "right" (upstream's literal right cut) or "error" (see data.tokenize).
     truncation: str = "prompt_middle"
@@ -122,8 +123,31 @@ class PipelineConfig:
         return make_buckets(self.max_length, self.num_buckets, multiple, self.bucket_scheme)
 
     @property
+    def resolved_window_groups(self) -> int:
+        """``window_groups``, or by default (None) a window of at most ``WINDOW_TOKENS`` tokens of rows."""
+        if self.window_groups is not None:
+            return self.window_groups
+        return auto_window_groups(self.max_length, self.batch_size)
+
+    @property
     def rows_per_process(self) -> int:
         return self.batch_size // self.process_count
+
+
+# Default packing window, in tokens of row capacity. A window is tokenized and packed before its first batch is
+# yielded, so the first step waits for it and host memory holds it (twice, with prefetch): 256 groups of 2 x 130K
+# tokens took ~200 s to tokenize before the first 2 x 128K step. Packing quality needs only a few rows' worth of
+# candidates when rows are long, so the window shrinks with the row length: 256 groups up to 16K-token rows,
+# 128 at 32K, 32 at 128K, 16 at 256K; never fewer than one batch's rows (nor 8).
+WINDOW_TOKENS = 1 << 22
+MAX_WINDOW_GROUPS = 256
+MIN_WINDOW_GROUPS = 8
+
+
+def auto_window_groups(row_tokens: int, batch_rows: int = 1) -> int:
+    """Groups per packing window for rows of ``row_tokens`` tokens and batches of ``batch_rows`` rows."""
+    by_tokens = min(MAX_WINDOW_GROUPS, max(MIN_WINDOW_GROUPS, WINDOW_TOKENS // max(1, row_tokens)))
+    return max(by_tokens, batch_rows)
 
 
 class _BadRow:
@@ -225,6 +249,9 @@ _FINGERPRINT_NAMES = {"seq_len": "sample_max_length", "worker_count": "num_threa
 def _fingerprint(cfg: PipelineConfig, num_records: int) -> str:
     # process_index is left out: every host's state is the same, so any host's saved state restores any host.
     fields = {_FINGERPRINT_NAMES.get(k, k): v for k, v in dataclasses.asdict(cfg).items() if k != "process_index"}
+    # The window actually used: states saved with the former fixed default (256) still restore where the
+    # automatic window is also 256.
+    fields["window_groups"] = cfg.resolved_window_groups
     blob = json.dumps([fields, num_records], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -245,7 +272,7 @@ class TrainIterator:
         if cfg.shuffle:
             ds = ds.shuffle(seed=cfg.seed)
         ds = ds.repeat(cfg.num_epochs)
-        ds = ds.batch(cfg.window_groups, batch_fn=list)
+        ds = ds.batch(cfg.resolved_window_groups, batch_fn=list)
         ds = ds.map_with_index(self._packer)
         read = grain.ReadOptions(num_threads=cfg.worker_count, prefetch_buffer_size=max(1, cfg.worker_count))
         it_ds = grain.experimental.FlatMapIterDataset(ds.to_iter_dataset(read), _ProcessRows(cfg))

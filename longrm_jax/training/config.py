@@ -65,7 +65,9 @@ class DataSection:
     bucket_multiple: int = 128  # bucket lengths round up to this (keep it a multiple of 2 x mesh.seq)
     # "halving": seq_len / 2^k; "linear": seq_len * (k + 1) / num_buckets (padding per row < seq_len / num_buckets)
     bucket_scheme: str = "halving"
-    window_groups: int = 256  # groups packed together by the pipeline (fuller rows vs memory)
+    # Groups packed together by the pipeline (fuller rows vs first-batch latency and memory); null: 256 for rows
+    # up to 16K tokens, fewer for longer rows (4M tokens of rows per window, data.pipeline.auto_window_groups).
+    window_groups: int | None = None
     # Chat template's enable_thinking: null renders without the variable, as upstream training (Qwen3: the
     # response opens with the empty think block, which is trained); false moves that block into the masked prompt.
     enable_thinking: bool | None = None
@@ -253,7 +255,7 @@ class TrainConfig:
             ("data.num_eval", d.num_eval, d.num_eval >= 0, ">= 0"),
             ("data.num_buckets", d.num_buckets, d.num_buckets >= 1, ">= 1"),
             ("data.bucket_multiple", d.bucket_multiple, d.bucket_multiple >= 1, ">= 1"),
-            ("data.window_groups", d.window_groups, d.window_groups >= 1, ">= 1"),
+            ("data.window_groups", d.window_groups, d.window_groups is None or d.window_groups >= 1, ">= 1 or null"),
             ("data.worker_count", d.worker_count, d.worker_count >= 0, ">= 0"),
             ("loss.chunk_tokens", self.loss.chunk_tokens, self.loss.chunk_tokens >= 1, ">= 1"),
             ("loss.label_smoothing", self.loss.label_smoothing, 0 <= self.loss.label_smoothing < 0.5,
