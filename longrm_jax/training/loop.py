@@ -165,6 +165,9 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
         del values
     with jax.set_mesh(inputs.mesh):
         iterator = train_iterator(cfg, inputs.tokenizer, inputs.records)
+        # The first batch waits for one window to be tokenized and packed.
+        _log(f"data: packing windows of {iterator.cfg.resolved_window_groups} groups"
+             f"{' (auto)' if cfg.data.window_groups is None else ''}, rows of {max(iterator.buckets)} tokens")
         state, start = _restore(ckpt, state, iterator, resume, inputs.ckpt_dir)
         steps_by_groups = _StepsByGroups(cfg, codec, tx, schedule, state_sh, inputs, first_spec, plan.step)
         eval_fn = _eval_step(cfg, codec, inputs)
