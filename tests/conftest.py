@@ -8,7 +8,8 @@ if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
 # XLA:CPU aborts the process ("Termination timeout ... exceeded") when a collective's rendezvous takes longer than
 # its termination timeout. On 2 busy cores, 8 fake devices' threads can be starved that long: the CI's
-# 8-device training test died this way (a crashed xdist worker, twice in a row on 2026-11-25, passing alone).
+# 8-device training test most likely died this way (a crashed xdist worker, twice in a row on 2026-11-25 while
+# another test run shared the cores; passing alone).
 for _flag in ("--xla_cpu_collective_call_terminate_timeout_seconds=900", "--xla_cpu_collective_timeout_seconds=900"):
     if _flag.split("=")[0] not in os.environ["XLA_FLAGS"]:
         os.environ["XLA_FLAGS"] += " " + _flag
