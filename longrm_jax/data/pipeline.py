@@ -124,7 +124,7 @@ class PipelineConfig:
 
     @property
     def resolved_window_groups(self) -> int:
-        """``window_groups``, or by default (None) a window of at most ``WINDOW_TOKENS`` tokens of rows."""
+        """``window_groups``, or by default (None) ``auto_window_groups`` of the row length and batch rows."""
         if self.window_groups is not None:
             return self.window_groups
         return auto_window_groups(self.max_length, self.batch_size)

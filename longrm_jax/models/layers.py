@@ -15,6 +15,8 @@ decode step runs one matmul where it ran three and two. The layer functions read
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -161,7 +163,7 @@ def _single_query_attention(q_bkgh, k_bskh, v_bskh, mask_bs, scale):
     scores = jnp.einsum("bkgh,bskh->bkgs", q_bkgh.astype(k_bskh.dtype), k_bskh, preferred_element_type=f32) * scale
     scores = jnp.where(mask_bs[:, None, None, :], scores, jnp.finfo(f32).min)
     weights = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))  # masked slots: exactly 0
-    splits = next(c for c in (_DECODE_VALUE_SPLITS, 8, 4, 2, 1) if s % c == 0)
+    splits = math.gcd(s, _DECODE_VALUE_SPLITS)  # the constant's largest divisor that also divides S
     chunks = weights.astype(v_bskh.dtype).reshape(b, k, g, splits, s // splits)
     out = jnp.einsum("bkgcs,bcskh->bckgh", chunks, v_bskh.reshape(b, splits, s // splits, k, h),
                      preferred_element_type=f32).sum(axis=1)
