@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--decode-chunk", type=int, default=16,
                         help="GRM continuous batching: decode steps per host round trip (a call returns early "
                              "when a row finishes and prompts wait) (default: %(default)s)")
+    parser.add_argument("--decode-attention", choices=("auto", "xla", "pallas"), default="auto",
+                        help="GRM: attention of a decode step over the KV cache. pallas: a Triton kernel that "
+                             "reads the cache in place (GPU, one device); xla: two batched matmuls (any backend "
+                             "and mesh). auto: pallas on one GPU, else xla (default: %(default)s)")
     parser.add_argument("--device-memory-gib", type=float, default=None,
                         help="GRM continuous batching: memory to size the slot pool by, instead of the device's "
                              "reported limit (memory_stats bytes_limit)")
@@ -183,7 +187,7 @@ def _evaluate(argv: Sequence[str]) -> int:
         model_path=args.model_path, data_path=args.data_path, save_path=args.save_path, is_disrm=args.is_disrm,
         tasks=args.tasks, max_new_tokens=args.max_new_tokens, both_orders=args.both_orders,
         batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, mesh=args.mesh,
-        static_batches=args.static_batches, decode_chunk=args.decode_chunk,
+        static_batches=args.static_batches, decode_chunk=args.decode_chunk, decode_attention=args.decode_attention,
         device_memory_gib=args.device_memory_gib, simulate_judgement_lengths=args.simulate_judgement_lengths,
         max_length=None if args.no_truncate else args.max_length, seed=args.seed, dtype=args.dtype,
         limit=args.limit, share_prompt=args.share_prompt, resume=args.resume, progress=not args.no_progress,

@@ -92,22 +92,20 @@ def write_checkpoint(args, path: str, head: str) -> None:
     if args.smoke:
         _bench.write_random_hf("tiny_qwen3" if head == "causal_lm" else "tiny_llama", head, path)
     else:
-        import torch
-        import transformers
-
-        from longrm_jax.models import ModelConfig
-        from longrm_jax.models.config import to_hf_config
-        from longrm_jax.training.model_setup import PRESETS
-
+        # Initialised on the accelerator and written by our HF export (an 8B model: seconds to build, where
+        # transformers' CPU initialisation took ~5 minutes); transformers loads the result like any checkpoint
+        # (tests/test_hf_export.py). In a child process: this one must not hold device memory while the
+        # measured processes run.
         preset = args.grm_preset if head == "causal_lm" else args.disrm_preset
-        cfg = ModelConfig(**PRESETS[preset]).replace(head=head, num_labels=1, pad_token_id=0, eos_token_id=2,
-                                                     dtype="bfloat16", param_dtype="bfloat16")
-        hf = to_hf_config(cfg)
-        config = transformers.AutoConfig.for_model(hf.pop("model_type"), **hf)
-        auto = (transformers.AutoModelForCausalLM if head == "causal_lm"
-                else transformers.AutoModelForSequenceClassification)
-        torch.manual_seed(0)
-        auto.from_config(config, torch_dtype=torch.bfloat16).save_pretrained(path)
+        code = ("import jax; from flax import nnx; from longrm_jax.hf.save import save_pretrained; "
+                "from longrm_jax.models import ModelConfig, build_model; "
+                "from longrm_jax.training.model_setup import PRESETS; "
+                f"cfg = ModelConfig(**{{'vocab_size': 1024, **PRESETS[{preset!r}]}}).replace(head={head!r}, num_labels=1, pad_token_id=0, "
+                "eos_token_id=2, dtype='bfloat16', param_dtype='bfloat16'); "
+                "model = jax.jit(lambda: build_model(cfg, rngs=nnx.Rngs(0)))(); "
+                f"save_pretrained(model, {path!r}, progress=False)")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+        subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
     for item in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(os.path.join(TINY_TOKENIZER_DIR, item), os.path.join(path, item))
 
@@ -280,6 +278,14 @@ def build_report(args, results: dict, samples: int, lengths: list[int]) -> tuple
     return details, lines
 
 
+def _save_side(work: str, kind: str, side: str, result: dict) -> None:
+    """Each side's figures as soon as it finishes (``WORKDIR/result-KIND-SIDE.json``), printed too: a run cut
+    short (a time limit) still leaves what it measured."""
+    print(f"[bench_benchmark] {kind} {side}: {json.dumps(result, default=str)}", flush=True)
+    with open(os.path.join(work, f"result-{kind}-{side}.json"), "w") as f:
+        json.dump(result, f, indent=1, default=str)
+
+
 def main(args, argv=None) -> int:
     import tempfile
 
@@ -297,11 +303,13 @@ def main(args, argv=None) -> int:
             write_checkpoint(args, model, "causal_lm" if kind == "grm" else "classifier")
         print(f"[bench_benchmark] {kind}: ours", flush=True)
         ours = run_ours(args, kind, model, data, os.path.join(work, f"out-{kind}"))
+        _save_side(work, kind, "ours", ours)
         peer = {}
         if not args.no_peer:
             print(f"[bench_benchmark] {kind}: PyTorch peer", flush=True)
             peer = run_peer(args, kind, model, data, args.batch_size or (ours or {}).get("max_slots"),
                             (ours or {}).get("slot_plan"))
+            _save_side(work, kind, "peer", peer)
             samples = peer.get("samples", samples)
             device = peer.get("device", device)
         if not samples:

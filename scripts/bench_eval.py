@@ -27,6 +27,8 @@ initialised in place on the device (no checkpoint I/O). Prints a table and appen
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import os
 import subprocess
@@ -186,7 +188,9 @@ def part_decode_jax(args) -> dict:
     cfg = model_config(args, "causal_lm")
     model = jax.jit(lambda: build_model(cfg, rngs=nnx.Rngs(0)))()
     if not args.decode_unfused:  # the evaluator's layout for a generative judge (fused q/k/v and gate/up)
-        prepare_for_decoding(model)
+        prepare_for_decoding(model, None, args.decode_attention)
+    else:
+        model.use_decode_attention("xla" if args.decode_attention == "auto" else args.decode_attention)
     never = cfg.vocab_size + 7  # a stop id no row can emit: every step runs
     steps, batch_rows, context = args.decode_steps, args.decode_batch, args.decode_context
     gen = GreedyGenerator(model, pad_id=cfg.pad_token_id, stop_ids=[never], max_new_tokens=steps,
@@ -195,10 +199,37 @@ def part_decode_jax(args) -> dict:
     ids, lengths = pad_rows(prompts, Batch(context, batch_rows, tuple(range(batch_rows))), cfg.pad_token_id)
     ids, positions, last = gen._prefill_inputs(ids, lengths)
     prefill = gen._prefill_fn(context + steps)
+    # Rows prefilled per call: all at once up to 8; beyond, 2 at a time written into the batch's cache (a
+    # 16 x 32K prefill's activations next to a 16-row cache do not fit; the evaluator's continuous path
+    # prefills one prompt at a time for the same reason). Decode, the measured part, is the same either way.
+    group = args.decode_prefill_rows or (batch_rows if batch_rows <= 8 else 2)
+    if batch_rows % group:
+        raise SystemExit(f"--decode-prefill-rows {group} must divide --decode-batch {batch_rows}")
+
+    @functools.partial(jax.jit, donate_argnums=(0,))
+    def place(cache, part, row):
+        at = lambda full, new, axis: jax.lax.dynamic_update_slice_in_dim(full, new, row, axis)  # noqa: E731
+        return dataclasses.replace(cache, k=at(cache.k, part.k, 1), v=at(cache.v, part.v, 1),
+                                   positions=at(cache.positions, part.positions, 0),
+                                   segment_ids=at(cache.segment_ids, part.segment_ids, 0), index=part.index)
+
+    def prefill_all():
+        if group == batch_rows:
+            return prefill(model, ids, positions, last, gen.letter_ids)
+        cache = jax.jit(lambda: model.init_cache(batch_rows, context + steps))()
+        firsts, letters = [], []
+        for row in range(0, batch_rows, group):
+            rows = slice(row, row + group)
+            part, first, letter = prefill(model, ids[rows], positions[rows], last[rows], gen.letter_ids)
+            cache = place(cache, part, row)
+            firsts.append(first)
+            letters.append(letter)
+            del part
+        return cache, jax.numpy.concatenate(firsts), jax.numpy.concatenate(letters)
 
     def run():
         start = time.perf_counter()
-        cache, first, letters = prefill(model, ids, positions, last, gen.letter_ids)
+        cache, first, letters = prefill_all()
         first.block_until_ready()
         mid = time.perf_counter()
         tokens, _, taken, _ = gen._decode(model, cache, first, letters, lengths, gen.stop_ids, gen.letter_ids)
@@ -220,7 +251,8 @@ def part_decode_jax(args) -> dict:
     return dict(prefill_tokens=batch_rows * context, prefill_seconds=prefill_s, decode_tokens=decoded,
                 decode_seconds=decode_s, weight_bytes=weight_bytes, cache_bytes=int(cache_bytes),
                 bound_tokens_per_s=None if bandwidth is None else batch_rows * bandwidth / (weight_bytes + cache_bytes),
-                bandwidth=bandwidth, device=kind, xla_flags=os.environ.get("XLA_FLAGS", ""))
+                bandwidth=bandwidth, device=kind, xla_flags=os.environ.get("XLA_FLAGS", ""),
+                decode_attention=model.config.decode_attention)
 
 
 PARTS = {"disrm-jax": part_disrm_jax, "disrm-shared-jax": part_disrm_shared_jax, "disrm-torch": part_disrm_torch,
@@ -249,6 +281,9 @@ def run_part(args, part: str, seq: int | None = None) -> dict | None:
         cmd += ["--hbm-gbps", str(args.hbm_gbps)]
     if args.decode_unfused:
         cmd.append("--decode-unfused")
+    cmd += ["--decode-attention", args.decode_attention]
+    if args.decode_prefill_rows:
+        cmd += ["--decode-prefill-rows", str(args.decode_prefill_rows)]
     env = dict(os.environ)
     if args.smoke:
         env.setdefault("JAX_PLATFORMS", "cpu")
@@ -323,7 +358,9 @@ def build_report(args, disrm: dict, decode: dict | None, shared: dict | None = N
         hbm = f"{decode['bandwidth'] / 1e12:.2f}" if decode["bandwidth"] else "-"
         flags = decode.get("xla_flags") or "none"
         lines += ["", f"GRM greedy decode at {args.decode_context}-token context, batch {args.decode_batch}, "
-                      f"{args.decode_steps} new tokens, {'separate' if args.decode_unfused else 'fused'} projections (prefill {decode['prefill_tokens'] / decode['prefill_seconds']:,.0f} tokens/s; "
+                      f"{args.decode_steps} new tokens, {'separate' if args.decode_unfused else 'fused'} projections, "
+                      f"decode attention {decode.get('decode_attention', '?')} "
+                      f"(prefill {decode['prefill_tokens'] / decode['prefill_seconds']:,.0f} tokens/s; "
                       f"XLA_FLAGS: {flags}):", "",
                   "| decode tokens/s | bound tokens/s | of bound | weights GB | KV cache GB | HBM TB/s |",
                   "|---:|---:|---:|---:|---:|---:|",
@@ -349,6 +386,11 @@ def main(argv=None) -> int:
     p.add_argument("--decode-unfused", action="store_true",
                    help="decode with the training weight layout (separate q/k/v and gate/up weights) instead of "
                         "the evaluator's fused one (evaluation.generation.prepare_for_decoding)")
+    p.add_argument("--decode-prefill-rows", type=int, default=None,
+                   help="GRM rows prefilled per call (default: all up to 8, else 2)")
+    p.add_argument("--decode-attention", choices=("auto", "xla", "pallas"), default="auto",
+                   help="decode-step attention as `python -m longrm_jax.evaluate --decode-attention` (auto: the "
+                        "Triton kernel on one GPU)")
     p.add_argument("--decode-no-gpu-flags", action="store_true",
                    help="decode without the GPU decode XLA flags (by default its subprocess gets them, as "
                         "`python -m longrm_jax.evaluate` does for GRM runs; DisRM parts never do)")

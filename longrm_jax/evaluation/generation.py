@@ -39,12 +39,20 @@ from longrm_jax.parallel.zigzag import zigzag_permutation
 logger = logging.getLogger(__name__)
 
 
-def prepare_for_decoding(model):
+def prepare_for_decoding(model, mesh: Mesh | None = None, decode_attention: str = "auto"):
     """Put ``model`` (a causal LM) in the inference weight layout, in place, once per loaded model: q/k/v and
     gate/up each stored as one weight (:meth:`longrm_jax.models.decoder.Decoder.fuse_projections`), so that
     every decode step runs one matmul for each. Outputs are the same; the fused model is for evaluation only
-    (not for training or HF export). Returns ``model``."""
+    (not for training or HF export). Returns ``model``.
+
+    ``decode_attention`` (``ModelConfig.decode_attention``): ``auto`` picks the Triton kernel that reads the
+    stacked cache in place (``pallas``) on one GPU, XLA's formulation elsewhere (the kernel is not partitioned
+    over a mesh)."""
     model.model.fuse_projections()
+    if decode_attention == "auto":
+        one_device = mesh is None or mesh.size == 1
+        decode_attention = "pallas" if jax.default_backend() == "gpu" and one_device else "xla"
+    model.use_decode_attention(decode_attention)
     return model
 
 

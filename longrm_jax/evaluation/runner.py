@@ -67,6 +67,7 @@ class EvalConfig:
     max_batch_tokens: int | None = 131_072  # DisRM and static GRM batches
     static_batches: bool = False  # GRM: static length-bucket batches instead of continuous batching
     decode_chunk: int = 16  # GRM continuous batching: decode steps per host round trip
+    decode_attention: str = "auto"  # GRM: attention of a decode step (evaluation.generation.prepare_for_decoding)
     device_memory_gib: float | None = None  # GRM: memory to size the slot pool by (default: the device's)
     simulate_judgement_lengths: bool = False  # benchmarks: per-prompt budgets (evaluation.simulated_lengths)
     mesh: dict[str, int] | None = None
@@ -140,7 +141,7 @@ def load_model(cfg: EvalConfig, mesh):
     if not cfg.is_disrm:
         from longrm_jax.evaluation.generation import prepare_for_decoding
 
-        prepare_for_decoding(model)
+        prepare_for_decoding(model, mesh, cfg.decode_attention)
     return model
 
 
@@ -318,7 +319,8 @@ def result_settings(cfg: EvalConfig) -> dict:
             "max_new_tokens": cfg.max_new_tokens, "both_orders": cfg.both_orders, "max_length": cfg.max_length,
             "dtype": cfg.dtype, "limit": cfg.limit, "mesh": cfg.mesh, "share_prompt": cfg.share_prompt,
             "task_types": list(cfg.task_types or []), "longform_protocol": cfg.longform_protocol,
-            "chat_template": cfg.chat_template, "simulate_judgement_lengths": cfg.simulate_judgement_lengths}
+            "chat_template": cfg.chat_template, "simulate_judgement_lengths": cfg.simulate_judgement_lengths,
+            "decode_attention": cfg.decode_attention}
 
 
 class PartialResults:

@@ -27,6 +27,7 @@ SUPPORTED_ARCHITECTURES: dict[str, tuple[str, str]] = {
 FAMILY_CLASS_PREFIX = {"llama": "Llama", "qwen3": "Qwen3"}
 HEAD_CLASS_SUFFIX = {"causal_lm": "ForCausalLM", "classifier": "ForSequenceClassification"}
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+DECODE_ATTENTION_IMPLS = ("xla", "pallas", "pallas_interpret")
 REMAT_POLICIES = ("none", "full", "dots_saveable", "save_attention_out", "offload_layer_inputs",
                   "offload_layer_inputs_and_attention")
 HEADS = ("causal_lm", "classifier")
@@ -78,6 +79,11 @@ class ModelConfig:
     # Off by default: the unrolled decode program compiles (and autotunes) every layer separately, minutes at 8B.
     unroll_cached_layers: bool = False
     attention_impl: str = "auto"
+    # Attention of a decode step (one new token per row) over the KV cache: ``xla`` (two batched matmuls, any
+    # backend and mesh) or ``pallas`` (ops.decode_attention: a Triton kernel reading the stacked cache in place;
+    # one GPU, unsharded cache). The evaluator picks ``pallas`` on a single GPU
+    # (evaluation.generation.prepare_for_decoding). ``pallas_interpret``: the kernel in the Pallas interpreter.
+    decode_attention: str = "xla"
     # Run ``attention_impl="splash"`` (TPU kernels) in the Pallas interpreter: tests of the TPU path on a CPU.
     attention_interpret: bool = False
 
@@ -96,6 +102,9 @@ class ModelConfig:
             raise ValueError(f"unknown head {self.head!r}; supported: {list(HEADS)}")
         if self.rope_type not in SUPPORTED_ROPE_TYPES:
             raise ValueError(f"unknown RoPE type {self.rope_type!r}; supported: {list(SUPPORTED_ROPE_TYPES)}")
+        if self.decode_attention not in DECODE_ATTENTION_IMPLS:
+            raise ValueError(f"unknown decode_attention {self.decode_attention!r}; supported: "
+                             f"{list(DECODE_ATTENTION_IMPLS)}")
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"unknown remat policy {self.remat!r}; supported: {list(REMAT_POLICIES)}")
         if self.num_heads % self.num_kv_heads:

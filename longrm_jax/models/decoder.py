@@ -30,8 +30,8 @@ from longrm_jax.models.cache import KVCache
 from longrm_jax.models.config import ModelConfig
 from jax.ad_checkpoint import checkpoint_name
 
-from longrm_jax.models.layers import (LAYER_INPUT_NAME, constrain, layer_forward, masked_attention, remat_policy,
-                                      rms_norm)
+from longrm_jax.models.layers import (LAYER_INPUT_NAME, constrain, kernel_mask, layer_forward, remat_policy,
+                                      rms_norm, stacked_cache_attention)
 from longrm_jax.models.rope import rope_cos_sin, rope_parameters
 from longrm_jax.ops import attention
 from longrm_jax.parallel.mesh import logical_to_spec
@@ -228,6 +228,7 @@ class Decoder(nnx.Module):
         seg = jnp.ones((batch, length), jnp.int32) if segment_ids is None else segment_ids
         cache = cache.write_meta(positions, seg)
         mask = cache.attention_mask(positions, seg, length)
+        decode_mask_bs = None if prefill else kernel_mask(mask, cfg.decode_attention, cfg.head_dim)
         start = cache.index
 
         # The stacked cache rides in the carry. Each layer first writes its T new keys / values in place
@@ -249,7 +250,7 @@ class Decoder(nnx.Module):
                     out = attention(q, k, v, segment_ids=segment_ids, causal=True, impl=cfg.attention_impl,
                                     interpret=cfg.attention_interpret)
                 else:
-                    out = masked_attention(q, k_new[i], v_new[i], mask)
+                    out = stacked_cache_attention(q, k_new, v_new, i, mask, cfg.decode_attention, decode_mask_bs)
                 return out, (k_new, v_new)
 
             x, (k_all, v_all) = layer_forward(p, x, cos, sin, cfg, self.rules, attend)
@@ -271,6 +272,12 @@ class _DecoderHead(nnx.Module):
     def hidden_states(self, input_ids, positions=None, segment_ids=None) -> jax.Array:
         """Final-norm hidden states [B, T, D] (for chunked log-probs without materialising logits)."""
         return self.model(input_ids, positions, segment_ids)[0]
+
+    def use_decode_attention(self, impl: str) -> None:
+        """Set ``ModelConfig.decode_attention`` of this model in place (the head's and the decoder's config)."""
+        cfg = self.config.replace(decode_attention=impl)
+        self.config = cfg
+        self.model.config = cfg
 
     def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
         """Empty KV cache of ``max_len`` slots for ``self.model(..., cache=...)`` (dtype default: compute dtype)."""

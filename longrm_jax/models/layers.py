@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from longrm_jax.models.config import ModelConfig
 from longrm_jax.models.rope import apply_rope
 from longrm_jax.ops.contract import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME
+from longrm_jax.ops.decode_attention import decode_attention_supported, decode_mask, stacked_cache_decode_attention
 from longrm_jax.parallel.mesh import logical_to_spec
 from longrm_jax.parallel.placement import fit_spec
 
@@ -138,6 +139,34 @@ def masked_attention(q_btnh, k_bskh, v_bskh, mask_bts, scale=None):
     probs = jax.nn.softmax(scores, axis=-1).astype(v_bskh.dtype)
     out = jnp.einsum("bkgts,bskh->btkgh", probs, v_bskh)
     return out.reshape(b, t, n, h).astype(q_btnh.dtype)
+
+
+def uses_decode_kernel(impl: str, new_tokens: int, head_dim: int, slots: int) -> bool:
+    """Whether :func:`stacked_cache_attention` runs the decode kernel for these shapes."""
+    return impl != "xla" and new_tokens == 1 and decode_attention_supported(head_dim, slots)
+
+
+def kernel_mask(mask_bts: jax.Array, impl: str, head_dim: int) -> jax.Array | None:
+    """The decode kernel's mask for :func:`stacked_cache_attention`, built once per step before the layer loop
+    (None where the kernel does not run)."""
+    _, t, slots = mask_bts.shape
+    return decode_mask(mask_bts[:, 0]) if uses_decode_kernel(impl, t, head_dim, slots) else None
+
+
+def stacked_cache_attention(q_btnh, k_all, v_all, layer, mask_bts, impl: str = "xla", kernel_mask_bs=None):
+    """:func:`masked_attention` of the T new queries over layer ``layer`` of the stacked cache ``[L, B, S, K,
+    H]``. A decode step (T = 1) with ``impl`` ``pallas`` runs the Triton kernel on the whole stacked buffer (no
+    copy of the layer's rows; ``ops.decode_attention``), masked by ``kernel_mask_bs`` (:func:`kernel_mask`)
+    when given; everything else attends over ``k_all[layer]``."""
+    b, t, n, h = q_btnh.shape
+    kv, slots = k_all.shape[3], k_all.shape[2]
+    if uses_decode_kernel(impl, t, h, slots):
+        mask = kernel_mask_bs if kernel_mask_bs is not None else decode_mask(mask_bts[:, 0])
+        out = stacked_cache_decode_attention(q_btnh.reshape(b, kv, n // kv, h), k_all, v_all, layer, mask,
+                                             scale=h**-0.5, interpret=impl == "pallas_interpret",
+                                             out_dtype=q_btnh.dtype)
+        return out.reshape(b, 1, n, h)
+    return masked_attention(q_btnh, k_all[layer], v_all[layer], mask_bts)
 
 
 # Chunks of the cache's S axis that the decode attention's value sum is split into (a hand-made split-K): cuBLAS
