@@ -2,7 +2,8 @@
 
 Inside the package the modules import one way: ``contract`` (names, errors, shape checks) <- ``kernel_vjp``
 <- kernels (``xla_attention``, ``cudnn_flash``, ``splash``, ``flash`` with the registry ``get_kernel``)
-<- ``dispatch`` (which kernel) <- ``ring`` <- ``attention``.
+<- ``dispatch`` (which kernel) <- ``ring`` <- ``attention``. ``decode_attention`` (one query per row over a
+stacked KV cache, a Pallas Triton kernel) stands alone: the decoder's cached path calls it directly.
 """
 
 from longrm_jax.ops.attention import attention, attention_with_lse, dense_reference
