@@ -66,6 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--peer-model", help=argparse.SUPPRESS)
     g.add_argument("--peer-slot-plan", help=argparse.SUPPRESS)
     g.add_argument("--peer-data", help=argparse.SUPPRESS)
+    g.add_argument("--checkpoint-part", nargs=3, metavar=("PRESET", "HEAD", "PATH"), help=argparse.SUPPRESS)
 
 
 def resolve(args) -> None:
@@ -92,22 +93,36 @@ def write_checkpoint(args, path: str, head: str) -> None:
     if args.smoke:
         _bench.write_random_hf("tiny_qwen3" if head == "causal_lm" else "tiny_llama", head, path)
     else:
-        # Initialised on the accelerator and written by our HF export (an 8B model: seconds to build, where
-        # transformers' CPU initialisation took ~5 minutes); transformers loads the result like any checkpoint
-        # (tests/test_hf_export.py). In a child process: this one must not hold device memory while the
-        # measured processes run.
+        # In a child process (``checkpoint_part``): this one must not hold device memory while the measured
+        # processes run (the first try, in-process, ran both sides out of memory).
         preset = args.grm_preset if head == "causal_lm" else args.disrm_preset
-        code = ("import jax; from flax import nnx; from longrm_jax.hf.save import save_pretrained; "
-                "from longrm_jax.models import ModelConfig, build_model; "
-                "from longrm_jax.training.model_setup import PRESETS; "
-                f"cfg = ModelConfig(**{{'vocab_size': 1024, **PRESETS[{preset!r}]}}).replace(head={head!r}, num_labels=1, pad_token_id=0, "
-                "eos_token_id=2, dtype='bfloat16', param_dtype='bfloat16'); "
-                "model = jax.jit(lambda: build_model(cfg, rngs=nnx.Rngs(0)))(); "
-                f"save_pretrained(model, {path!r}, progress=False)")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-        subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
+        cmd = [sys.executable, os.path.abspath(os.path.join(ROOT, "scripts", "bench_eval.py")), "--benchmark",
+               "--checkpoint-part", preset, head, path]
+        subprocess.run(cmd, check=True, env=_child_env(), cwd=ROOT)
     for item in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(os.path.join(TINY_TOKENIZER_DIR, item), os.path.join(path, item))
+
+
+def checkpoint_part(preset: str, head: str, path: str) -> None:
+    """Random weights of ``preset`` initialised on the accelerator and written by our HF export: an 8B model in
+    seconds, where transformers' CPU initialisation took ~5 minutes of a 10-minute device command;
+    transformers loads the result like any checkpoint (tests/test_hf_export.py)."""
+    import jax
+    from flax import nnx
+
+    from longrm_jax.hf.save import save_pretrained
+    from longrm_jax.models import ModelConfig, build_model
+    from longrm_jax.training.model_setup import PRESETS
+
+    fields = {"vocab_size": 1024, **PRESETS[preset]}  # tiny presets take their vocabulary from a tokenizer
+    cfg = ModelConfig(**fields).replace(head=head, num_labels=1, pad_token_id=0, eos_token_id=2,
+                                        dtype="bfloat16", param_dtype="bfloat16")
+    model = jax.jit(lambda: build_model(cfg, rngs=nnx.Rngs(0)))()
+    save_pretrained(model, path, progress=False)
+
+
+def _child_env() -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
 
 
 # ------------------------------------------------------------------------------------------------ ours
@@ -124,7 +139,7 @@ def run_ours(args, kind: str, model: str, data: str, save: str) -> dict:
 
 
 def _timed_process(cmd, read_result) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    env = _child_env()
     begin = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     wall = time.perf_counter() - begin
@@ -225,7 +240,7 @@ def run_peer(args, kind: str, model: str, data: str, slots: int | None, slot_pla
         cmd += ["--peer-slots", str(slots)]
     if slot_plan and not args.batch_size:
         cmd += ["--peer-slot-plan", json.dumps(slot_plan)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    env = _child_env()
     begin = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     wall = time.perf_counter() - begin
@@ -289,6 +304,9 @@ def _save_side(work: str, kind: str, side: str, result: dict) -> None:
 def main(args, argv=None) -> int:
     import tempfile
 
+    if args.checkpoint_part:
+        checkpoint_part(*args.checkpoint_part)
+        return 0
     resolve(args)
     if args.peer_part:
         print(RESULT_TAG + json.dumps(peer_part(args)), flush=True)

@@ -23,7 +23,9 @@ def _inputs(layers, batch, slots, kv, g, h, dtype, seed=0):
     return q, k, v, mask
 
 
-@pytest.mark.parametrize("g,chunks,block_s", [(4, None, None), (1, 3, 16), (8, 1, 32), (3, 5, 16)])
+# 160 slots in blocks of 16 are 10 blocks: 4 chunks split them 3/3/3/1 and 8 chunks 2/2/2/2/2/0/0/0 (uneven and
+# empty chunks); blocks of 32 are 5, one chunk takes them all.
+@pytest.mark.parametrize("g,chunks,block_s", [(4, None, None), (1, 4, 16), (8, 1, 32), (3, 8, 16)])
 def test_kernel_matches_xla_per_layer(g, chunks, block_s):
     layers, batch, slots, kv, h = 3, 2, 160, 2, 16
     q, k, v, mask = _inputs(layers, batch, slots, kv, g, h, jnp.float32)
@@ -55,6 +57,9 @@ def test_shape_rules():
     with pytest.raises(ValueError, match="multiple of block_s"):
         stacked_cache_decode_attention(*_inputs(1, 1, 40, 1, 1, 16, jnp.float32)[:3], 0,
                                        jnp.ones((1, 40), bool), scale=0.25, interpret=True)
+    with pytest.raises(ValueError, match="power of two"):
+        stacked_cache_decode_attention(*_inputs(1, 1, 64, 1, 1, 16, jnp.float32)[:3], 0,
+                                       jnp.ones((1, 64), bool), scale=0.25, chunks=3, interpret=True)
 
 
 def test_greedy_decode_with_kernel_matches_xla():

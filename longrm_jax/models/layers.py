@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from longrm_jax.models.config import ModelConfig
 from longrm_jax.models.rope import apply_rope
 from longrm_jax.ops.contract import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME
-from longrm_jax.ops.decode_attention import decode_attention_supported, decode_mask, stacked_cache_decode_attention
+from longrm_jax.ops.decode_attention import decode_attention_supported, stacked_cache_decode_attention
 from longrm_jax.parallel.mesh import logical_to_spec
 from longrm_jax.parallel.placement import fit_spec
 
@@ -147,10 +147,11 @@ def uses_decode_kernel(impl: str, new_tokens: int, head_dim: int, slots: int) ->
 
 
 def kernel_mask(mask_bts: jax.Array, impl: str, head_dim: int) -> jax.Array | None:
-    """The decode kernel's mask for :func:`stacked_cache_attention`, built once per step before the layer loop
-    (None where the kernel does not run)."""
+    """The decode kernel's mask (int32 [B, S]) for :func:`stacked_cache_attention`, built once per step before
+    the layer loop: XLA does not hoist the bool -> int32 conversion out of it (None where the kernel does not
+    run)."""
     _, t, slots = mask_bts.shape
-    return decode_mask(mask_bts[:, 0]) if uses_decode_kernel(impl, t, head_dim, slots) else None
+    return mask_bts[:, 0].astype(jnp.int32) if uses_decode_kernel(impl, t, head_dim, slots) else None
 
 
 def stacked_cache_attention(q_btnh, k_all, v_all, layer, mask_bts, impl: str = "xla", kernel_mask_bs=None):
@@ -161,7 +162,7 @@ def stacked_cache_attention(q_btnh, k_all, v_all, layer, mask_bts, impl: str = "
     b, t, n, h = q_btnh.shape
     kv, slots = k_all.shape[3], k_all.shape[2]
     if uses_decode_kernel(impl, t, h, slots):
-        mask = kernel_mask_bs if kernel_mask_bs is not None else decode_mask(mask_bts[:, 0])
+        mask = kernel_mask_bs if kernel_mask_bs is not None else mask_bts[:, 0]
         out = stacked_cache_decode_attention(q_btnh.reshape(b, kv, n // kv, h), k_all, v_all, layer, mask,
                                              scale=h**-0.5, interpret=impl == "pallas_interpret",
                                              out_dtype=q_btnh.dtype)

@@ -85,8 +85,10 @@ def stacked_cache_decode_attention(q_bkgh, k_cache, v_cache, layer, mask_bs, *, 
     """Attention of one query per row over layer ``layer`` of a stacked cache.
 
     q_bkgh [B, K, G, H] (any float dtype; cast to the cache's); k_cache, v_cache [L, B, S, K, H]; layer: int32
-    scalar (traced is fine: it is a kernel operand); mask_bs [B, S] bool or int32 (:func:`decode_mask`), true /
-    nonzero where a slot may be attended.
+    scalar (traced is fine: it is a kernel operand); mask_bs [B, S] bool or int32, true / nonzero where a slot
+    may be attended (callers in a layer loop pass it as int32, converted once outside the loop: XLA does not
+    hoist the conversion, so converting inside costs a kernel launch per layer). ``chunks`` (default
+    :func:`decode_chunks`) must be a power of two: the combine kernel's tile spans them.
     Returns [B, K, G, H] in ``out_dtype``: softmax(q k^T * scale) v over the unmasked slots, 0 for a row with
     none.
     Scores and softmax in float32, probabilities enter the value product in the cache dtype with float32
@@ -101,10 +103,12 @@ def stacked_cache_decode_attention(q_bkgh, k_cache, v_cache, layer, mask_bs, *, 
     rows = max(_MIN_DOT_ROWS, 1 << (g - 1).bit_length())
     blocks = slots // block_s
     chunks = chunks or decode_chunks(k_heads, slots, block_s)
+    if not _power_of_two(chunks):
+        raise ValueError(f"stacked_cache_decode_attention: chunks must be a power of two, got {chunks}")
     chunk_blocks = -(-blocks // chunks)
     q = jnp.zeros((b, k_heads, rows, h), k_cache.dtype).at[:, :, :g].set(q_bkgh.astype(k_cache.dtype))
     layer = jnp.asarray(layer, jnp.int32).reshape(())
-    if mask_bs.dtype != jnp.int32:  # callers in a layer loop pass it converted once (see decode_mask)
+    if mask_bs.dtype != jnp.int32:
         mask_bs = mask_bs.astype(jnp.int32)
     kernel = functools.partial(_kernel, chunk_blocks=chunk_blocks, block_s=block_s, blocks=blocks,
                                scale=float(scale))
@@ -132,14 +136,7 @@ def stacked_cache_decode_attention(q_bkgh, k_cache, v_cache, layer, mask_bs, *, 
         interpret=interpret,
         name="stacked_cache_decode_attention",
     )(layer, q, mask_bs, k_cache, v_cache)
-    if _power_of_two(chunks):
-        return _combine_kernel(o, m, l, g, out_dtype, interpret)[:, :, :g]
-    # Any other chunk count (tests of uneven splits): the same arithmetic in XLA.
-    o, m, l = o[:, :, :, :g], m[..., :g], l[..., :g]
-    w = jnp.exp(m - jnp.max(m, axis=2, keepdims=True))
-    total = jnp.sum(w * l, axis=2)
-    out = jnp.sum(w[..., None] * o, axis=2) / jnp.where(total > 0, total, 1.0)[..., None]
-    return out.astype(out_dtype)
+    return _combine_kernel(o, m, l, g, out_dtype, interpret)[:, :, :g]
 
 
 def _combine(o_ref, m_ref, l_ref, out_ref):
@@ -171,12 +168,6 @@ def _combine_kernel(o, m, l, g: int, out_dtype, interpret: bool):
         interpret=interpret,
         name="decode_attention_combine",
     )(o, m, l)
-
-
-def decode_mask(mask_bs: jax.Array) -> jax.Array:
-    """The kernel's mask operand (int32 [B, S]) from a boolean one: convert once per decode step, outside the
-    layer loop (XLA does not hoist the conversion, so converting inside costs a kernel launch per layer)."""
-    return mask_bs.astype(jnp.int32)
 
 
 def _power_of_two(n: int) -> bool:
