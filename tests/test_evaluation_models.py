@@ -55,6 +55,34 @@ def test_disrm_scores_match_transformers(classifier, tmp_path):
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-6)
 
 
+def test_shared_prompt_groups_match_transformers(classifier):
+    """``--share-prompt`` scoring of several samples at once (prefixes of different lengths, 2-3 answers each,
+    answers of different lengths) equals transformers scoring each sequence whole, whether the fitted prefix
+    buckets are one per distinct length (free compiles) or one for all (compiles priced out)."""
+    from longrm_jax.evaluation import shared_prompt
+    from longrm_jax.evaluation.shared_prompt import SharedPromptScorer
+
+    path, ref = classifier
+    rng = np.random.default_rng(1)
+    groups = []
+    for prefix_len, answers in ((20, (3, 9)), (45, (1, 5, 17)), (70, (4, 4)), (33, (6, 2))):
+        prefix = rng.integers(3, VOCAB, prefix_len).astype(np.int32)
+        groups.append([np.concatenate([prefix, rng.integers(3, VOCAB, n).astype(np.int32)]) for n in answers])
+    model = load_pretrained(path, dtype="float32")
+    with torch.no_grad():
+        theirs = [np.array([ref(torch.tensor(s[None].astype(np.int64))).logits[0, 0].item() for s in g])
+                  for g in groups]
+    for new_bucket_flops in (0.0, 1e30):
+        shared_prompt._COMPILED.clear()
+        scorer = SharedPromptScorer(model, 0, chunk=16, new_bucket_flops=new_bucket_flops)
+        ours = scorer.score_groups(groups)
+        for mine, hf in zip(ours, theirs):
+            np.testing.assert_allclose(mine, hf, rtol=1e-4, atol=1e-6)
+        buckets = set(shared_prompt._COMPILED[16])
+        assert buckets == ({32, 48, 80} if new_bucket_flops == 0 else {80})  # 33 rounds to 48, with 45
+        assert scorer.timings["prefill_tokens"] == 20 + 45 + 70 + 33
+
+
 def _hf_greedy(ref, prompt, stop_id):
     with torch.no_grad():
         out = ref.generate(torch.tensor(prompt[None].astype(np.int64)), max_new_tokens=NEW_TOKENS, do_sample=False,

@@ -170,9 +170,10 @@ def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh
 
         shared = SharedPromptScorer(model, pad_id)
         scores = np.zeros(len(sequences), np.float32)
-        for s_index in _progress(range(len(samples)), cfg, "DisRM scoring (shared prompt)"):
-            members = per_sample[s_index]
-            scores[members] = shared.score_group([sequences[i] for i in members])
+        groups = [[sequences[i] for i in per_sample[s_index]] for s_index in range(len(samples))]
+        for s_index, group_scores in enumerate(shared.score_groups(groups, progress=cfg.progress)):
+            scores[per_sample[s_index]] = group_scores
+        add_timings(cfg, shared.timings)
     else:
         if cfg.share_prompt:
             logger.warning("--share-prompt needs a single device; scoring every sequence whole")

@@ -9,6 +9,8 @@ answer; here the prefix is run once into a KV cache and each answer's suffix att
    every answer keeps at least one token of its own). No template knowledge is needed, and middle-truncated
    sequences work too (their common prefix is just shorter).
 2. The prefix, right-padded to a length bucket, fills a fresh cache (``prefill``: fast attention kernel).
+   The buckets are fitted to the prefixes of the whole task file (padding FLOPs against compiles), not a
+   fixed ladder: a 131,104-token prefix is padded to 131,200, not 196,608.
 3. Each suffix, padded to a multiple of ``chunk``, is run in chunks of ``chunk`` tokens (bounded memory for
    the masked attention over the whole cache) on a copy of the prefix cache; the score is the head at the
    suffix token that HF's pooling picks (rightmost non-pad of the full sequence).
@@ -20,13 +22,15 @@ one-by-one scores up to floating-point reassociation. Not used on a mesh (one ro
 from __future__ import annotations
 
 import functools
+import math
+import time
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longrm_jax.evaluation.batching import PAD_POSITION, bucket_lengths, pick_bucket
+from longrm_jax.evaluation.batching import PAD_POSITION, fit_buckets, pick_bucket
 from longrm_jax.evaluation.scoring import hf_pooled_index
 from longrm_jax.models.cache import KVCache
 
@@ -73,23 +77,78 @@ def _jitted(max_len: int, chunk: int):
             jax.jit(functools.partial(_suffix_score, chunk=chunk)))
 
 
-class SharedPromptScorer:
-    """Scores groups of sequences sharing a prefix (one group = one sample's answers)."""
+# What one more prefix bucket must save to be worth its compile: ~10 s of compile (prefill and suffix programs
+# of an 8B model) at ~400 TFLOP/s of prefill, in forward FLOPs. A heuristic: it only trades padding against
+# compiles, scores do not depend on it.
+NEW_BUCKET_FLOPS = 4e15
 
-    def __init__(self, model, pad_id: int, *, chunk: int = 128, max_suffix: int | None = None):
+# Buckets compiled in this process: chunk -> {prefix bucket: largest suffix bucket compiled with it}. Later
+# task files of a run plan with them as free buckets (the jitted functions are cached per shape).
+_COMPILED: dict[int, dict[int, int]] = {}
+
+
+def prefix_flops(cfg, length: int) -> float:
+    """Forward FLOPs of a causal prefill of ``length`` tokens (docs/flops.md, forward = a third of a step):
+    ``2 N L`` for the matmuls plus ``2 layers H d L^2`` for causal attention."""
+    d, f, n, k, h = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    matmul = cfg.num_layers * (2 * d * n * h + 2 * d * k * h + 3 * d * f)
+    return 2.0 * matmul * length + 2.0 * cfg.num_layers * n * h * float(length) ** 2
+
+
+class SharedPromptScorer:
+    """Scores groups of sequences sharing a prefix (one group = one sample's answers).
+
+    :meth:`score_groups` sees a whole task file's groups before running any: the prefix buckets are fitted to
+    their lengths (:func:`~longrm_jax.evaluation.batching.fit_buckets`, FLOPs of padding against
+    ``new_bucket_flops`` per compile), and each prefix bucket's suffix bucket is its groups' longest suffix.
+    ``timings`` accumulates ``compile_s`` (first call of each shape, run included), ``prefill_s`` (the other
+    calls) and token counts.
+    """
+
+    def __init__(self, model, pad_id: int, *, chunk: int = 128, new_bucket_flops: float = NEW_BUCKET_FLOPS):
         self.model = model
         self.pad_id = int(pad_id)
         self.config_pad_id = model.config.pad_token_id
         self.chunk = chunk
-        self.max_suffix = max_suffix
+        self.new_bucket_flops = new_bucket_flops
+        self.timings = {"compile_s": 0.0, "prefill_s": 0.0, "prefill_tokens": 0, "padded_prefill_tokens": 0,
+                        "suffix_tokens": 0}
+
+    def _round(self, length: int) -> int:
+        return max(1, math.ceil(length / self.chunk)) * self.chunk
+
+    def score_groups(self, groups: Sequence[Sequence[np.ndarray]], progress: bool = False,
+                     desc: str = "DisRM scoring (shared prompt)") -> list[np.ndarray]:
+        """float32 scores per group, each equal to scoring its sequences alone."""
+        from tqdm.auto import tqdm
+
+        compiled = _COMPILED.setdefault(self.chunk, {})
+        prefixes = [common_prefix_length(group) for group in groups]
+        prefix_buckets = fit_buckets([max(p, 1) for p in prefixes],
+                                     lambda n: prefix_flops(self.model.config, n),
+                                     new_bucket_cost=self.new_bucket_flops, multiple=self.chunk, ready=compiled)
+        plan = []  # (prefix bucket, suffix bucket) per group
+        longest_suffix: dict[int, int] = {}
+        for group, prefix in zip(groups, prefixes):
+            bucket = pick_bucket(max(prefix, 1), prefix_buckets)
+            suffix = self._round(max(len(s) for s in group) - prefix)
+            longest_suffix[bucket] = max(longest_suffix.get(bucket, 0), suffix)
+            plan.append(bucket)
+        # A compiled suffix shape at least as long is reused (a few more chunks cost less than a compile).
+        suffix_of = {b: compiled[b] if compiled.get(b, 0) >= s else s for b, s in longest_suffix.items()}
+        order = sorted(range(len(groups)), key=lambda i: -plan[i])  # longest first: compiles and OOMs early
+        out: list = [None] * len(groups)
+        for index in tqdm(order, desc=desc, unit="sample", disable=not progress):
+            bucket = plan[index]
+            out[index] = self._score(groups[index], prefixes[index], bucket, suffix_of[bucket])
+        return out
 
     def score_group(self, sequences: Sequence[np.ndarray]) -> np.ndarray:
         """float32 [len(sequences)] scores, equal to scoring each sequence alone."""
-        prefix = common_prefix_length(sequences)
-        suffix_lengths = [len(s) - prefix for s in sequences]
-        prefix_bucket = pick_bucket(max(prefix, 1), bucket_lengths(max(prefix, 1)))
-        suffix_bucket = pick_bucket(max(suffix_lengths), bucket_lengths(max(suffix_lengths), self.chunk,
-                                                                        min_bucket=self.chunk))
+        return self.score_groups([sequences])[0]
+
+    def _score(self, sequences, prefix: int, prefix_bucket: int, suffix_bucket: int) -> np.ndarray:
+        begin = time.perf_counter()
         prefill, suffix_score = _jitted(prefix_bucket + suffix_bucket, self.chunk)
         ids = np.full((1, prefix_bucket), self.pad_id, np.int32)
         ids[0, :prefix] = sequences[0][:prefix]
@@ -106,4 +165,12 @@ class SharedPromptScorer:
             positions = (prefix + np.arange(suffix_bucket, dtype=np.int32))[None]
             # The prefix cache is an immutable value: every answer starts from the same one.
             scores.append(suffix_score(self.model, cache, suffix, positions, pooled))
-        return np.asarray(jax.device_get(jnp.stack(scores)), np.float32)
+        result = np.asarray(jax.device_get(jnp.stack(scores)), np.float32)
+        compiled = _COMPILED[self.chunk]
+        first = compiled.get(prefix_bucket, 0) < suffix_bucket
+        self.timings["compile_s" if first else "prefill_s"] += time.perf_counter() - begin
+        compiled[prefix_bucket] = max(compiled.get(prefix_bucket, 0), suffix_bucket)
+        self.timings["prefill_tokens"] += prefix
+        self.timings["padded_prefill_tokens"] += prefix_bucket
+        self.timings["suffix_tokens"] += sum(len(s) - prefix for s in sequences)
+        return result
