@@ -151,7 +151,8 @@ def _progress(items, cfg: EvalConfig, desc: str):
     return tqdm(items, desc=desc, unit="sample", disable=not cfg.progress)
 
 
-def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh) -> list[dict]:
+def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh, run_samples: int = 0) -> list[dict]:
+    """Scores of one task file's ``samples``; ``run_samples``: samples in the whole run (bucket planning)."""
     from longrm_jax.evaluation.scoring import DisRMScorer
 
     sequences, owners, truncated = [], [], []
@@ -171,7 +172,8 @@ def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh
         shared = SharedPromptScorer(model, pad_id)
         scores = np.zeros(len(sequences), np.float32)
         groups = [[sequences[i] for i in per_sample[s_index]] for s_index in range(len(samples))]
-        for s_index, group_scores in enumerate(shared.score_groups(groups, progress=cfg.progress)):
+        repeats = max(1.0, run_samples / max(1, len(samples)))
+        for s_index, group_scores in enumerate(shared.score_groups(groups, progress=cfg.progress, repeats=repeats)):
             scores[per_sample[s_index]] = group_scores
         add_timings(cfg, shared.timings)
     else:
@@ -399,7 +401,7 @@ def run_evaluation(cfg: EvalConfig) -> dict:
             add_timings(cfg, {"load_s": time.time() - begin})
         begin = time.time()
         if cfg.is_disrm:
-            done = run_disrm(cfg, group, model, disrm_tokenizer, mesh)
+            done = run_disrm(cfg, group, model, disrm_tokenizer, mesh, run_samples=len(samples))
         elif group[0].benchmark == LONG_FORM and cfg.longform_protocol == "pointwise":
             done = longform.run_pointwise_grm(cfg, group, model, grm_tokenizer, mesh)
         else:

@@ -77,10 +77,11 @@ def _jitted(max_len: int, chunk: int):
             jax.jit(functools.partial(_suffix_score, chunk=chunk)))
 
 
-# What one more prefix bucket must save to be worth its compile: ~10 s of compile (prefill and suffix programs
-# of an 8B model) at ~400 TFLOP/s of prefill, in forward FLOPs. A heuristic: it only trades padding against
-# compiles, scores do not depend on it.
-NEW_BUCKET_FLOPS = 4e15
+# What one more prefix bucket must save to be worth its compile, in forward FLOPs: ~4-5 s to compile the
+# prefill and suffix programs of an 8B model (one H200, 2026-11-25: 37.6 s of first calls for six buckets,
+# their own runs included) at ~450 TFLOP/s of prefill. A heuristic: it trades padding against compiles only,
+# scores do not depend on it.
+NEW_BUCKET_FLOPS = 2e15
 
 # Buckets compiled in this process: chunk -> {prefix bucket: largest suffix bucket compiled with it}. Later
 # task files of a run plan with them as free buckets (the jitted functions are cached per shape).
@@ -118,14 +119,19 @@ class SharedPromptScorer:
         return max(1, math.ceil(length / self.chunk)) * self.chunk
 
     def score_groups(self, groups: Sequence[Sequence[np.ndarray]], progress: bool = False,
-                     desc: str = "DisRM scoring (shared prompt)") -> list[np.ndarray]:
-        """float32 scores per group, each equal to scoring its sequences alone."""
+                     desc: str = "DisRM scoring (shared prompt)", repeats: float = 1.0) -> list[np.ndarray]:
+        """float32 scores per group, each equal to scoring its sequences alone.
+
+        ``repeats``: how often this mix of lengths is expected in the whole run (the evaluator passes the
+        run's samples / these groups: the task files of a benchmark share their length mix). Padding is paid
+        per sample of the run and a compile once, so a small file alone would merge buckets that the run as a
+        whole wants apart (one sample per context size would pad 32K prefixes to 64K)."""
         from tqdm.auto import tqdm
 
         compiled = _COMPILED.setdefault(self.chunk, {})
         prefixes = [common_prefix_length(group) for group in groups]
         prefix_buckets = fit_buckets([max(p, 1) for p in prefixes],
-                                     lambda n: prefix_flops(self.model.config, n),
+                                     lambda n: repeats * prefix_flops(self.model.config, n),
                                      new_bucket_cost=self.new_bucket_flops, multiple=self.chunk, ready=compiled)
         plan = []  # (prefix bucket, suffix bucket) per group
         longest_suffix: dict[int, int] = {}
