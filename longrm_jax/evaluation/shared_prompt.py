@@ -84,16 +84,8 @@ def _jitted(max_len: int, chunk: int):
 NEW_BUCKET_FLOPS = 2e15
 
 # Buckets compiled in this process: chunk -> {prefix bucket: largest suffix bucket compiled with it}. Later
-# task files of a run plan with them as free buckets.
+# task files of a run plan with them as free buckets (the jitted functions are cached per shape).
 _COMPILED: dict[int, dict[int, int]] = {}
-# The compiled programs: (model signature, chunk, prefix bucket, suffix bucket) -> (prefill, suffix score).
-_EXECUTABLES: dict = {}
-
-
-def _model_signature(model):
-    """What a compiled program depends on: the model's tree, and its arrays' shapes, dtypes and shardings."""
-    leaves, tree = jax.tree.flatten(model)
-    return tree, tuple((leaf.shape, str(leaf.dtype), getattr(leaf, "sharding", None)) for leaf in leaves)
 
 
 def prefix_flops(cfg, length: int) -> float:
@@ -110,19 +102,16 @@ class SharedPromptScorer:
     :meth:`score_groups` sees a whole task file's groups before running any: the prefix buckets are fitted to
     their lengths (:func:`~longrm_jax.evaluation.batching.fit_buckets`, FLOPs of padding against
     ``new_bucket_flops`` per compile), and each prefix bucket's suffix bucket is its groups' longest suffix.
-    The planned programs are then compiled before any runs, ``compile_workers`` at a time (XLA compiles
-    outside the GIL; on one H200 five buckets' ten programs took ~30 s one after another).
-    ``timings`` accumulates ``compile_s``, ``prefill_s`` (every scoring call) and token counts.
+    ``timings`` accumulates ``compile_s`` (first call of each shape, run included), ``prefill_s`` (the other
+    calls) and token counts.
     """
 
-    def __init__(self, model, pad_id: int, *, chunk: int = 128, new_bucket_flops: float = NEW_BUCKET_FLOPS,
-                 compile_workers: int = 4):
+    def __init__(self, model, pad_id: int, *, chunk: int = 128, new_bucket_flops: float = NEW_BUCKET_FLOPS):
         self.model = model
         self.pad_id = int(pad_id)
         self.config_pad_id = model.config.pad_token_id
         self.chunk = chunk
         self.new_bucket_flops = new_bucket_flops
-        self.compile_workers = compile_workers
         self.timings = {"compile_s": 0.0, "prefill_s": 0.0, "prefill_tokens": 0, "padded_prefill_tokens": 0,
                         "suffix_tokens": 0}
 
@@ -153,8 +142,7 @@ class SharedPromptScorer:
             plan.append(bucket)
         # A compiled suffix shape at least as long is reused (a few more chunks cost less than a compile).
         suffix_of = {b: compiled[b] if compiled.get(b, 0) >= s else s for b, s in longest_suffix.items()}
-        self._compile(sorted({(b, suffix_of[b]) for b in plan}, reverse=True))
-        order = sorted(range(len(groups)), key=lambda i: -plan[i])  # longest first: an OOM shows early
+        order = sorted(range(len(groups)), key=lambda i: -plan[i])  # longest first: compiles and OOMs early
         out: list = [None] * len(groups)
         for index in tqdm(order, desc=desc, unit="sample", disable=not progress):
             bucket = plan[index]
@@ -165,37 +153,9 @@ class SharedPromptScorer:
         """float32 [len(sequences)] scores, equal to scoring each sequence alone."""
         return self.score_groups([sequences])[0]
 
-    def _compile(self, shapes: Sequence[tuple[int, int]]) -> None:
-        """Compile the (prefix bucket, suffix bucket) programs not compiled yet: traced and lowered here,
-        compiled on worker threads."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        signature = _model_signature(self.model)
-        todo = [shape for shape in shapes if (signature, self.chunk, *shape) not in _EXECUTABLES]
-        if not todo:
-            return
-        begin = time.perf_counter()
-        lowered = []
-        for prefix_bucket, suffix_bucket in todo:
-            prefill, suffix_score = _jitted(prefix_bucket + suffix_bucket, self.chunk)
-            ids = jax.ShapeDtypeStruct((1, prefix_bucket), jnp.int32)
-            prefill_lowered = prefill.lower(self.model, ids, ids)
-            suffix = jax.ShapeDtypeStruct((1, suffix_bucket), jnp.int32)
-            suffix_lowered = suffix_score.lower(self.model, prefill_lowered.out_info, suffix, suffix,
-                                                jax.ShapeDtypeStruct((), jnp.int32))
-            lowered.append(((prefix_bucket, suffix_bucket), prefill_lowered, suffix_lowered))
-        with ThreadPoolExecutor(max_workers=max(1, self.compile_workers)) as pool:
-            jobs = [(shape, pool.submit(a.compile), pool.submit(b.compile)) for shape, a, b in lowered]
-            for shape, prefill_job, suffix_job in jobs:
-                _EXECUTABLES[(signature, self.chunk, *shape)] = (prefill_job.result(), suffix_job.result())
-                compiled = _COMPILED[self.chunk]
-                compiled[shape[0]] = max(compiled.get(shape[0], 0), shape[1])
-        self.timings["compile_s"] += time.perf_counter() - begin
-
     def _score(self, sequences, prefix: int, prefix_bucket: int, suffix_bucket: int) -> np.ndarray:
         begin = time.perf_counter()
-        prefill, suffix_score = _EXECUTABLES[(_model_signature(self.model), self.chunk, prefix_bucket,
-                                              suffix_bucket)]
+        prefill, suffix_score = _jitted(prefix_bucket + suffix_bucket, self.chunk)
         ids = np.full((1, prefix_bucket), self.pad_id, np.int32)
         ids[0, :prefix] = sequences[0][:prefix]
         columns = np.arange(prefix_bucket, dtype=np.int32)
@@ -210,9 +170,12 @@ class SharedPromptScorer:
             suffix[0, : len(seq) - prefix] = seq[prefix:]
             positions = (prefix + np.arange(suffix_bucket, dtype=np.int32))[None]
             # The prefix cache is an immutable value: every answer starts from the same one.
-            scores.append(suffix_score(self.model, cache, suffix, positions, np.int32(pooled)))
+            scores.append(suffix_score(self.model, cache, suffix, positions, pooled))
         result = np.asarray(jax.device_get(jnp.stack(scores)), np.float32)
-        self.timings["prefill_s"] += time.perf_counter() - begin
+        compiled = _COMPILED[self.chunk]
+        first = compiled.get(prefix_bucket, 0) < suffix_bucket
+        self.timings["compile_s" if first else "prefill_s"] += time.perf_counter() - begin
+        compiled[prefix_bucket] = max(compiled.get(prefix_bucket, 0), suffix_bucket)
         self.timings["prefill_tokens"] += prefix
         self.timings["padded_prefill_tokens"] += prefix_bucket
         self.timings["suffix_tokens"] += sum(len(s) - prefix for s in sequences)
