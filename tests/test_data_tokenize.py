@@ -212,3 +212,12 @@ def test_benchmark_record_masks(tok):
     group = tok.tokenize(longform.to_preference(), num_rejects=1)
     _check(tok, group.samples[0], user_only, "It is falcon.<|im_end|>")
     _check(tok, group.samples[1], user_only, "It is maple.<|im_end|>")
+
+
+def test_encode_batch_equals_encode(tok):
+    texts = ["the red gate is open. " * 50, "", "Answer: B\n", "ü ümlaut and 数字 123"]
+    batch = tok.encode_batch(texts)
+    assert len(batch) == len(texts)
+    for text, ids in zip(texts, batch):
+        np.testing.assert_array_equal(ids, tok.encode(text))
+        assert ids.dtype == np.int32

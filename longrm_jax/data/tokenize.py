@@ -283,6 +283,14 @@ class ChatTokenizer:
             ids = self.hf(text, add_special_tokens=False)["input_ids"]
         return np.asarray(ids, dtype=np.int32)
 
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """:meth:`encode` of each text; the Rust tokenizer spreads a batch over the CPU cores (an evaluation
+        file's 128K-token texts: 6.1 s one by one on this machine's 2 cores)."""
+        if self._backend is None:
+            return [self.encode(text) for text in texts]
+        encodings = self._backend.encode_batch(list(texts), add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=np.int32) for e in encodings]
+
     # -- samples ----------------------------------------------------------------------------------------
     def _sample(self, prompt_ids: np.ndarray, response_text: str) -> TokenizedSample:
         resp = self.encode(response_text)

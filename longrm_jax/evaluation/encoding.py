@@ -97,12 +97,23 @@ def disrm_sequences(
     sample: EvalSample, tokenizer: ChatTokenizer, max_length: int | None = UPSTREAM_MAX_LENGTH
 ) -> list[tuple[np.ndarray, bool]]:
     """One (ids, truncated) per answer, in the sample's stored (gold) order."""
-    out = []
-    messages = sample.prompt_messages()
-    for answer in sample.answers:
-        text = tokenizer.render(messages + [{"role": "assistant", "content": answer}], add_generation_prompt=False)
-        ids = np.asarray(tokenizer.encode(text), dtype=np.int32)
-        out.append(maybe_truncate(ids, max_length))
+    return disrm_sequences_batch([sample], tokenizer, max_length)[0]
+
+
+def disrm_sequences_batch(
+    samples: Sequence[EvalSample], tokenizer: ChatTokenizer, max_length: int | None = UPSTREAM_MAX_LENGTH
+) -> list[list[tuple[np.ndarray, bool]]]:
+    """:func:`disrm_sequences` of each sample, the texts tokenized as one batch (in parallel)."""
+    texts, owners = [], []
+    for index, sample in enumerate(samples):
+        messages = sample.prompt_messages()
+        for answer in sample.answers:
+            texts.append(tokenizer.render(messages + [{"role": "assistant", "content": answer}],
+                                          add_generation_prompt=False))
+            owners.append(index)
+    out: list[list[tuple[np.ndarray, bool]]] = [[] for _ in samples]
+    for owner, ids in zip(owners, tokenizer.encode_batch(texts)):
+        out[owner].append(maybe_truncate(ids, max_length))
     return out
 
 

@@ -29,7 +29,7 @@ from longrm_jax.evaluation import longform, metrics, plots
 from longrm_jax.evaluation.encoding import (
     UPSTREAM_MAX_LENGTH,
     ModelDirError,
-    disrm_sequences,
+    disrm_sequences_batch,
     grm_prompt_ids,
     load_chat_tokenizers,
     verdict_letter_token_ids,
@@ -156,11 +156,14 @@ def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh
     from longrm_jax.evaluation.scoring import DisRMScorer
 
     sequences, owners, truncated = [], [], []
-    for s_index, sample in enumerate(_progress(samples, cfg, "tokenizing")):
-        for ids, cut in disrm_sequences(sample, tokenizer, cfg.max_length):
-            sequences.append(ids)
-            owners.append(s_index)
-            truncated.append(cut)
+    step = 16  # samples per tokenizer batch (the Rust tokenizer spreads a batch over the cores)
+    for start in _progress(range(0, len(samples), step), cfg, f"tokenizing ({step} samples per step)"):
+        batch = disrm_sequences_batch(samples[start:start + step], tokenizer, cfg.max_length)
+        for s_index, pairs in enumerate(batch, start):
+            for ids, cut in pairs:
+                sequences.append(ids)
+                owners.append(s_index)
+                truncated.append(cut)
     pad_id = model.config.pad_token_id
     pad_id = tokenizer.pad_id if pad_id is None else pad_id
     per_sample: dict[int, list[int]] = {}
