@@ -157,13 +157,15 @@ def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh
 
     sequences, owners, truncated = [], [], []
     step = 16  # samples per tokenizer batch (the Rust tokenizer spreads a batch over the cores)
-    for start in _progress(range(0, len(samples), step), cfg, f"tokenizing ({step} samples per step)"):
-        batch = disrm_sequences_batch(samples[start:start + step], tokenizer, cfg.max_length)
-        for s_index, pairs in enumerate(batch, start):
-            for ids, cut in pairs:
-                sequences.append(ids)
-                owners.append(s_index)
-                truncated.append(cut)
+    with _progress(samples, cfg, "tokenizing") as bar:
+        for start in range(0, len(samples), step):
+            batch = disrm_sequences_batch(samples[start:start + step], tokenizer, cfg.max_length)
+            for s_index, pairs in enumerate(batch, start):
+                for ids, cut in pairs:
+                    sequences.append(ids)
+                    owners.append(s_index)
+                    truncated.append(cut)
+            bar.update(len(batch))
     pad_id = model.config.pad_token_id
     pad_id = tokenizer.pad_id if pad_id is None else pad_id
     per_sample: dict[int, list[int]] = {}

@@ -33,6 +33,7 @@ import numpy as np
 from longrm_jax.evaluation.batching import PAD_POSITION, fit_buckets, pick_bucket
 from longrm_jax.evaluation.scoring import hf_pooled_index
 from longrm_jax.models.cache import KVCache
+from longrm_jax.models.config import decoder_matmul_params
 
 
 def common_prefix_length(sequences: Sequence[np.ndarray]) -> int:
@@ -90,10 +91,9 @@ _COMPILED: dict[int, dict[int, int]] = {}
 
 def prefix_flops(cfg, length: int) -> float:
     """Forward FLOPs of a causal prefill of ``length`` tokens (docs/flops.md, forward = a third of a step):
-    ``2 N L`` for the matmuls plus ``2 layers H d L^2`` for causal attention."""
-    d, f, n, k, h = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    matmul = cfg.num_layers * (2 * d * n * h + 2 * d * k * h + 3 * d * f)
-    return 2.0 * matmul * length + 2.0 * cfg.num_layers * n * h * float(length) ** 2
+    ``2 N L`` for the decoder's matmuls plus ``2 layers H d L^2`` for causal attention."""
+    return (2.0 * decoder_matmul_params(cfg) * length
+            + 2.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * float(length) ** 2)
 
 
 class SharedPromptScorer:
@@ -133,7 +133,7 @@ class SharedPromptScorer:
         prefix_buckets = fit_buckets([max(p, 1) for p in prefixes],
                                      lambda n: repeats * prefix_flops(self.model.config, n),
                                      new_bucket_cost=self.new_bucket_flops, multiple=self.chunk, ready=compiled)
-        plan = []  # (prefix bucket, suffix bucket) per group
+        plan = []  # prefix bucket per group
         longest_suffix: dict[int, int] = {}
         for group, prefix in zip(groups, prefixes):
             bucket = pick_bucket(max(prefix, 1), prefix_buckets)

@@ -294,3 +294,15 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str | None = None, base: Mapping[st
         out["id2label"] = {str(i): f"LABEL_{i}" for i in range(cfg.num_labels)}
         out["label2id"] = {f"LABEL_{i}": i for i in range(cfg.num_labels)}
     return out
+
+
+def decoder_matmul_params(cfg: ModelConfig) -> int:
+    """Weights that multiply activations in the decoder layers (attention and MLP; no embedding, no head):
+    the ``N`` of the FLOP counts in docs/flops.md, without the output head."""
+    d, f, n, k, h = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    return cfg.num_layers * (d * n * h * 2 + d * k * h * 2 + 3 * d * f)
+
+
+def output_head_params(cfg: ModelConfig, head: str) -> int:
+    """Weights of the output head: the LM head (``causal_lm``) or the score head."""
+    return cfg.hidden_size * (cfg.vocab_size if head == "causal_lm" else cfg.num_labels)

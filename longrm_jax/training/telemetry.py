@@ -16,19 +16,15 @@ import os
 import jax
 import numpy as np
 
+from longrm_jax.models.config import decoder_matmul_params, output_head_params
+
 # Dense bf16 peak per device (docs/flops.md); None: MFU is not reported.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12}
 
 
 def matmul_params(mcfg, head: str) -> int:
-    d, f, n, k, h, L = (mcfg.hidden_size, mcfg.intermediate_size, mcfg.num_heads, mcfg.num_kv_heads,
-                        mcfg.head_dim, mcfg.num_layers)
-    per_layer = d * n * h * 2 + d * k * h * 2 + 3 * d * f
-    return L * per_layer + output_head_params(mcfg, head)
-
-
-def output_head_params(mcfg, head: str) -> int:
-    return mcfg.hidden_size * (mcfg.vocab_size if head == "causal_lm" else mcfg.num_labels)
+    """``N`` of the FLOP counts: the decoder's matmul weights plus the output head's."""
+    return decoder_matmul_params(mcfg) + output_head_params(mcfg, head)
 
 
 def step_flops(mcfg, head: str, segment_ids: np.ndarray, *, forward_only: bool = False,
@@ -42,7 +38,7 @@ def step_flops(mcfg, head: str, segment_ids: np.ndarray, *, forward_only: bool =
     for row in seg.reshape(-1, seg.shape[-1]):
         counts = np.bincount(row[row > 0])
         sq += int((counts.astype(np.int64) ** 2).sum())
-    body = matmul_params(mcfg, head) - output_head_params(mcfg, head)
+    body = decoder_matmul_params(mcfg)
     head_tokens = tokens if head_tokens is None else head_tokens
     total = (6.0 * body * tokens + 6.0 * output_head_params(mcfg, head) * head_tokens
              + 6.0 * mcfg.num_layers * mcfg.num_heads * mcfg.head_dim * sq)
