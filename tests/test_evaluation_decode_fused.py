@@ -48,6 +48,9 @@ def test_fused_layout_matches_unfused_and_generate(checkpoint):
     path, ref = checkpoint
     plain = load_pretrained(path, dtype="float32")
     fused = prepare_for_decoding(load_pretrained(path, dtype="float32"))
+    assert not fused.config.unroll_cached_layers  # XLA decode attention on the CPU: the scanned loop
+    assert prepare_for_decoding(load_pretrained(path, dtype="float32"),
+                                decode_attention="pallas_interpret").config.unroll_cached_layers
     cfg = plain.config
     layers = fused.model.layers
     assert "qkv_proj" in layers.names and "gate_up_proj" in layers.names

@@ -73,8 +73,8 @@ def test_greedy_decode_with_kernel_matches_xla():
     lengths = np.array([10, 7])
     seg = (np.arange(width)[None] < lengths[:, None]).astype(np.int32)
 
-    def greedy(impl):
-        model.use_decode_attention(impl)
+    def greedy(impl, unroll=False):
+        model.use_decode_attention(impl, unroll_layers=unroll)
 
         @jax.jit
         def run(model, prompt, seg):
@@ -94,3 +94,6 @@ def test_greedy_decode_with_kernel_matches_xla():
     ref, out = greedy("xla"), greedy("pallas_interpret")
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
     assert (out.argmax(-1) == ref.argmax(-1)).all()
+    # What prepare_for_decoding runs with the kernel: the layer loop unrolled (the layer index a Python int).
+    unrolled = greedy("pallas_interpret", unroll=True)
+    np.testing.assert_allclose(unrolled, ref, rtol=1e-5, atol=1e-5)

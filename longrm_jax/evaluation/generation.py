@@ -47,12 +47,14 @@ def prepare_for_decoding(model, mesh: Mesh | None = None, decode_attention: str 
 
     ``decode_attention`` (``ModelConfig.decode_attention``): ``auto`` picks the Triton kernel that reads the
     stacked cache in place (``pallas``) on one GPU, XLA's formulation elsewhere (the kernel is not partitioned
-    over a mesh)."""
+    over a mesh). With the kernel, decode steps also unroll the layer loop (``ModelConfig.unroll_cached_layers``):
+    no loop counter, weight slices or layer-index copies per layer, 4% faster at batch 1 (H200, Qwen3-8B, 32K:
+    163.6 -> 170.6 tokens/s) for ~5 s more compile (docs/perf_eval.md)."""
     model.model.fuse_projections()
     if decode_attention == "auto":
         one_device = mesh is None or mesh.size == 1
         decode_attention = "pallas" if jax.default_backend() == "gpu" and one_device else "xla"
-    model.use_decode_attention(decode_attention)
+    model.use_decode_attention(decode_attention, unroll_layers=True if decode_attention != "xla" else None)
     return model
 
 

@@ -273,9 +273,13 @@ class _DecoderHead(nnx.Module):
         """Final-norm hidden states [B, T, D] (for chunked log-probs without materialising logits)."""
         return self.model(input_ids, positions, segment_ids)[0]
 
-    def use_decode_attention(self, impl: str) -> None:
-        """Set ``ModelConfig.decode_attention`` of this model in place (the head's and the decoder's config)."""
-        cfg = self.config.replace(decode_attention=impl)
+    def use_decode_attention(self, impl: str, unroll_layers: bool | None = None) -> None:
+        """Set ``ModelConfig.decode_attention`` (and ``unroll_cached_layers`` unless None) of this model in place
+        (the head's and the decoder's config)."""
+        changes = {"decode_attention": impl}
+        if unroll_layers is not None:
+            changes["unroll_cached_layers"] = unroll_layers
+        cfg = self.config.replace(**changes)
         self.config = cfg
         self.model.config = cfg
 
