@@ -1,6 +1,7 @@
 """End-to-end `python -m longrm_jax.evaluate` on synthetic task files with tiny random checkpoints."""
 
 import csv
+import dataclasses
 import json
 import shutil
 
@@ -204,7 +205,7 @@ def test_resume_reuses_finished_task_files(tmp_path, bench_dir, monkeypatch):
     first = (save / "predictions.jsonl").read_text()
     assert sorted(p.name for p in (save / "partial").iterdir()) == ["Code.jsonl", "LongQA.jsonl"]
 
-    def no_model(*_):
+    def no_model(*_, **__):
         raise AssertionError("the model must not be loaded when every task file is reused")
 
     monkeypatch.setattr(runner, "load_model", no_model)
@@ -256,3 +257,16 @@ def test_training_checkpoint_as_model_path_says_export_it(tmp_path, bench_dir, c
     assert evaluate.main(["--model-path", str(run), "--data-path", str(bench_dir), "--is-disrm"]) == 2
     assert capsys.readouterr().err == (f"error: {run}: a training checkpoint (orbax), not a Hugging Face directory; "
                                        f"convert it first: python -m longrm_jax.export --checkpoint {run} --out DIR\n")
+
+
+def test_unroll_decode_layers_by_run_size():
+    """auto unrolls a decode step's layer loop only when the run's token budget pays for the extra compiles."""
+    from longrm_jax.evaluation.runner import UNROLL_MIN_DECODE_TOKENS, EvalConfig, unroll_decode_layers
+
+    cfg = EvalConfig(model_path="m", data_path="d", max_new_tokens=2048)
+    assert unroll_decode_layers(cfg, samples=-(-UNROLL_MIN_DECODE_TOKENS // 2048))  # the full benchmark
+    assert not unroll_decode_layers(dataclasses.replace(cfg, max_new_tokens=256), samples=35)  # a small slice
+    assert unroll_decode_layers(dataclasses.replace(cfg, unroll_decode_layers="on"), samples=1)
+    assert not unroll_decode_layers(dataclasses.replace(cfg, unroll_decode_layers="off"), samples=10**6)
+    with pytest.raises(ValueError, match="auto, on or off"):
+        unroll_decode_layers(dataclasses.replace(cfg, unroll_decode_layers="yes"), samples=1)

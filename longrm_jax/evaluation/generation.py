@@ -39,7 +39,8 @@ from longrm_jax.parallel.zigzag import zigzag_permutation
 logger = logging.getLogger(__name__)
 
 
-def prepare_for_decoding(model, mesh: Mesh | None = None, decode_attention: str = "auto"):
+def prepare_for_decoding(model, mesh: Mesh | None = None, decode_attention: str = "auto",
+                         unroll_layers: bool | None = None):
     """Put ``model`` (a causal LM) in the inference weight layout, in place, once per loaded model: q/k/v and
     gate/up each stored as one weight (:meth:`longrm_jax.models.decoder.Decoder.fuse_projections`), so that
     every decode step runs one matmul for each. Outputs are the same; the fused model is for evaluation only
@@ -47,14 +48,19 @@ def prepare_for_decoding(model, mesh: Mesh | None = None, decode_attention: str 
 
     ``decode_attention`` (``ModelConfig.decode_attention``): ``auto`` picks the Triton kernel that reads the
     stacked cache in place (``pallas``) on one GPU, XLA's formulation elsewhere (the kernel is not partitioned
-    over a mesh). With the kernel, decode steps also unroll the layer loop (``ModelConfig.unroll_cached_layers``):
-    no loop counter, weight slices or layer-index copies per layer, 4% faster at batch 1 (H200, Qwen3-8B, 32K:
-    163.6 -> 170.6 tokens/s) for ~5 s more compile (docs/perf_eval.md)."""
+    over a mesh). With the kernel, decode steps also unroll the layer loop (``ModelConfig.unroll_cached_layers``)
+    unless ``unroll_layers`` is False: no loop counter, weight slices or layer-index copies per layer, ~5% faster
+    per token at batch 1 (H200, Qwen3-8B, 32K: 164 -> 173 tokens/s) for ~8 s more compile per decode program
+    (docs/perf_eval.md; the evaluator decides by the run's size, ``evaluation.runner.unroll_decode_layers``)."""
     model.model.fuse_projections()
     if decode_attention == "auto":
         one_device = mesh is None or mesh.size == 1
         decode_attention = "pallas" if jax.default_backend() == "gpu" and one_device else "xla"
-    model.use_decode_attention(decode_attention, unroll_layers=True if decode_attention != "xla" else None)
+    if decode_attention == "xla":
+        unroll_layers = None  # measured (and chosen) with the kernel only
+    elif unroll_layers is None:
+        unroll_layers = True
+    model.use_decode_attention(decode_attention, unroll_layers=unroll_layers)
     return model
 
 

@@ -68,6 +68,7 @@ class EvalConfig:
     static_batches: bool = False  # GRM: static length-bucket batches instead of continuous batching
     decode_chunk: int = 16  # GRM continuous batching: decode steps per host round trip
     decode_attention: str = "auto"  # GRM: attention of a decode step (evaluation.generation.prepare_for_decoding)
+    unroll_decode_layers: str = "auto"  # GRM, decode kernel: unrolled layer loop (auto: see unroll_decode_layers)
     device_memory_gib: float | None = None  # GRM: memory to size the slot pool by (default: the device's)
     simulate_judgement_lengths: bool = False  # benchmarks: per-prompt budgets (evaluation.simulated_lengths)
     mesh: dict[str, int] | None = None
@@ -131,9 +132,27 @@ def check_model_kind(cfg: EvalConfig) -> None:
                             "pass --is-disrm to score answers with its reward head")
 
 
-def load_model(cfg: EvalConfig, mesh):
+# Unrolling a decode step's layer loop (with the decode kernel) makes each token ~5% faster (H200, Qwen3-8B, 32K
+# context, batch 1: 164 -> 173 tokens/s, 0.33 ms per token) and each decode program ~8 s slower to compile. A run
+# compiles one decode program per cache-length plan (up to ~6): below this many budgeted tokens the compiles
+# cost more than they save (the whole-benchmark slice of docs/perf_eval.md, 35 samples x 256 tokens, lost 35 s
+# of compile for 2 s of decode).
+UNROLL_MIN_DECODE_TOKENS = 200_000
+
+
+def unroll_decode_layers(cfg: EvalConfig, samples: int) -> bool | None:
+    """Whether GRM decode steps unroll the layer loop (None: the model's default). ``auto``: when the run's
+    token budget (samples x max_new_tokens) reaches :data:`UNROLL_MIN_DECODE_TOKENS`."""
+    if cfg.unroll_decode_layers not in ("auto", "on", "off"):
+        raise ValueError(f"unroll_decode_layers must be auto, on or off, got {cfg.unroll_decode_layers!r}")
+    if cfg.unroll_decode_layers != "auto":
+        return cfg.unroll_decode_layers == "on"
+    return samples * cfg.max_new_tokens >= UNROLL_MIN_DECODE_TOKENS
+
+
+def load_model(cfg: EvalConfig, mesh, samples: int = 0):
     """The model as the evaluation runs it: a generative judge in the decoding weight layout (fused q/k/v and
-    gate/up projections, built once here)."""
+    gate/up projections, built once here) for a run of ``samples`` samples."""
     from longrm_jax.hf.load import load_pretrained
 
     model = load_pretrained(cfg.model_path, dtype=cfg.dtype, mesh=mesh,
@@ -141,7 +160,10 @@ def load_model(cfg: EvalConfig, mesh):
     if not cfg.is_disrm:
         from longrm_jax.evaluation.generation import prepare_for_decoding
 
-        prepare_for_decoding(model, mesh, cfg.decode_attention)
+        unroll = unroll_decode_layers(cfg, samples)
+        prepare_for_decoding(model, mesh, cfg.decode_attention, unroll_layers=unroll)
+        logger.info("decode attention %s, layer loop %s", model.config.decode_attention,
+                    "unrolled" if model.config.unroll_cached_layers else "scanned")
     return model
 
 
@@ -402,7 +424,7 @@ def run_evaluation(cfg: EvalConfig) -> dict:
         if model is None:  # loaded only when some task file still needs the model
             begin = time.time()
             mesh = build_mesh(cfg.mesh)
-            model = load_model(cfg, mesh)
+            model = load_model(cfg, mesh, samples=len(samples))
             add_timings(cfg, {"load_s": time.time() - begin})
         begin = time.time()
         if cfg.is_disrm:
