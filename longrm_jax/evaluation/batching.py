@@ -37,6 +37,11 @@ def bucket_lengths(max_length: int, multiple: int = 1, min_bucket: int = MIN_BUC
     return sorted(sizes)
 
 
+def round_up(length: int, multiple: int) -> int:
+    """``length`` rounded up to a positive multiple of ``multiple`` (0 -> ``multiple``)."""
+    return max(1, math.ceil(length / multiple)) * multiple
+
+
 def fit_buckets(
     lengths: Sequence[int],
     cost: Callable[[int], float],
@@ -57,7 +62,7 @@ def fit_buckets(
     """
     if len(lengths) == 0:
         return []
-    rounded = np.array([max(1, math.ceil(n / multiple)) * multiple for n in lengths], dtype=np.int64)
+    rounded = np.array([round_up(n, multiple) for n in lengths], dtype=np.int64)
     longest = int(rounded.max())
     ready_sizes = {int(r) for r in ready if int(r) >= int(rounded.min())}
     sizes = np.array(sorted(set(rounded.tolist()) | ready_sizes), dtype=np.int64)

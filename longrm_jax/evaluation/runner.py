@@ -140,9 +140,9 @@ def check_model_kind(cfg: EvalConfig) -> None:
 UNROLL_MIN_DECODE_TOKENS = 200_000
 
 
-def unroll_decode_layers(cfg: EvalConfig, samples: int) -> bool | None:
-    """Whether GRM decode steps unroll the layer loop (None: the model's default). ``auto``: when the run's
-    token budget (samples x max_new_tokens) reaches :data:`UNROLL_MIN_DECODE_TOKENS`."""
+def unroll_decode_layers(cfg: EvalConfig, samples: int) -> bool:
+    """Whether GRM decode steps with the decode kernel unroll the layer loop. ``auto``: when the run's token
+    budget (samples x max_new_tokens) reaches :data:`UNROLL_MIN_DECODE_TOKENS`."""
     if cfg.unroll_decode_layers not in ("auto", "on", "off"):
         raise ValueError(f"unroll_decode_layers must be auto, on or off, got {cfg.unroll_decode_layers!r}")
     if cfg.unroll_decode_layers != "auto":

@@ -22,7 +22,6 @@ one-by-one scores up to floating-point reassociation. Not used on a mesh (one ro
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Sequence
 
@@ -30,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longrm_jax.evaluation.batching import PAD_POSITION, fit_buckets, pick_bucket
+from longrm_jax.evaluation.batching import PAD_POSITION, fit_buckets, pick_bucket, round_up
 from longrm_jax.evaluation.scoring import hf_pooled_index
 from longrm_jax.models.cache import KVCache
 from longrm_jax.models.config import decoder_matmul_params
@@ -115,9 +114,6 @@ class SharedPromptScorer:
         self.timings = {"compile_s": 0.0, "prefill_s": 0.0, "prefill_tokens": 0, "padded_prefill_tokens": 0,
                         "suffix_tokens": 0}
 
-    def _round(self, length: int) -> int:
-        return max(1, math.ceil(length / self.chunk)) * self.chunk
-
     def score_groups(self, groups: Sequence[Sequence[np.ndarray]], progress: bool = False,
                      desc: str = "DisRM scoring (shared prompt)", repeats: float = 1.0) -> list[np.ndarray]:
         """float32 scores per group, each equal to scoring its sequences alone.
@@ -137,7 +133,7 @@ class SharedPromptScorer:
         longest_suffix: dict[int, int] = {}
         for group, prefix in zip(groups, prefixes):
             bucket = pick_bucket(max(prefix, 1), prefix_buckets)
-            suffix = self._round(max(len(s) for s in group) - prefix)
+            suffix = round_up(max(len(s) for s in group) - prefix, self.chunk)
             longest_suffix[bucket] = max(longest_suffix.get(bucket, 0), suffix)
             plan.append(bucket)
         # A compiled suffix shape at least as long is reused (a few more chunks cost less than a compile).

@@ -77,8 +77,9 @@ class ModelConfig:
     # copies each layer's dynamic slice of the stacked weights every step (3x the weight bytes of a decode step,
     # unless XLA_FLAGS has --xla_gpu_enable_dynamic_slice_fusion=true --xla_gpu_enable_triton_gemm=false).
     # Off by default: with XLA's Triton matmuls the unrolled decode program compiled (and autotuned) every layer
-    # separately, minutes at 8B. With cuBLAS (the decode flags) it costs ~5 s more than the scanned one and runs
-    # 4% faster at batch 1: evaluation.generation.prepare_for_decoding turns it on with the decode kernel.
+    # separately, minutes at 8B. With cuBLAS (the decode flags) it compiles ~8 s longer than the scanned one and
+    # runs ~5% faster at batch 1: evaluation.generation.prepare_for_decoding turns it on with the decode kernel,
+    # and the evaluator when the run is long enough to pay (evaluation.runner.unroll_decode_layers).
     unroll_cached_layers: bool = False
     attention_impl: str = "auto"
     # Attention of a decode step (one new token per row) over the KV cache: ``xla`` (two batched matmuls, any
