@@ -109,8 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="judge contexts whole (pair with --mesh seq=N so the prefill is split over devices)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
                         help="seed of the per-task answer permutation (default and upstream: %(default)s)")
-    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32", "float16"),
-                        help="compute dtype (default: %(default)s)")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32", "float16"),
+                        help="compute dtype. auto (default): DisRM scores in the checkpoint's dtype (config.json "
+                             "torch_dtype; bfloat16 rounds close reward scores into ties and flips); a GRM "
+                             "generates in bfloat16. float16 is what upstream scores in")
     parser.add_argument("--share-prompt", action="store_true",
                         help="DisRM: compute each sample's shared prompt once and score only the answers on top "
                              "of its KV cache (same scores, 2-4x fewer FLOPs; single device)")
@@ -171,6 +173,52 @@ def apply_gpu_decode_flags(args: argparse.Namespace, environ=None) -> bool:
     return True
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse flag values that would run and give a wrong or empty result, before any model, data or backend is
+    touched: every error names the flag and what it needs."""
+    import os
+
+    counts = [("--max-new-tokens", args.max_new_tokens, 1), ("--batch-size", args.batch_size, 1),
+              ("--max-batch-tokens", args.max_batch_tokens, 1), ("--decode-chunk", args.decode_chunk, 1),
+              ("--limit", args.limit, 1), ("--max-length", args.max_length, MIN_MAX_LENGTH)]
+    for flag, value, least in counts:
+        if value is not None and value < least:
+            raise ValueError(f"{flag} must be >= {least}, got {value}")
+    if args.device_memory_gib is not None and not args.device_memory_gib > 0:
+        raise ValueError(f"--device-memory-gib must be > 0, got {args.device_memory_gib}")
+    for axis, size in (args.mesh or {}).items():
+        if size < 1 and not (axis == "fsdp" and size == -1):
+            raise ValueError(f"--mesh {axis}={size}: sizes must be >= 1 (fsdp=-1: the devices left over)")
+    if not os.path.isdir(args.model_path):
+        raise ValueError(f"--model-path {args.model_path}: not a directory (a local Hugging Face checkpoint "
+                         "directory is needed)")
+    if not os.path.exists(args.data_path):
+        raise ValueError(f"--data-path {args.data_path} does not exist")
+    if args.chat_template is not None and not os.path.isfile(args.chat_template):
+        raise ValueError(f"--chat-template {args.chat_template}: no such file")
+    for flag, path in (("--save-path", args.save_path), ("--compilation-cache", args.compilation_cache)):
+        if path is not None:
+            _check_writable_dir(flag, path)
+
+
+# --max-length keeps the first max/2 and the last max/2 - 5 tokens: below this, the kept tail is a few tokens.
+MIN_MAX_LENGTH = 16
+
+
+def _check_writable_dir(flag: str, path: str) -> None:
+    """``path`` is (or can be created as) a directory: neither it nor an existing parent is a file."""
+    import os
+
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        where = "is a file" if probe == os.path.abspath(path) else f"is under {probe}, which is a file"
+        raise ValueError(f"{flag} {path} {where}; a directory is needed")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path}: {probe} is not writable")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from longrm_jax.cli_support import run_cli
 
@@ -179,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _evaluate(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
+    check_args(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     apply_gpu_decode_flags(args)  # before anything below touches a device
     if args.compilation_cache:
@@ -207,6 +256,9 @@ def _evaluate(argv: Sequence[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(format_summary(summary))  # the runner has logged a warning above UNPARSABLE_WARN_SHARE
+    truncated = truncation_line(summary, cfg.max_length)
+    if truncated:
+        print(truncated)
     print(f"outputs written to {cfg.resolved_save_path()}")
     return 0
 
@@ -214,17 +266,34 @@ def _evaluate(argv: Sequence[str]) -> int:
 def format_summary(summary: dict) -> str:
     """The console table: results rows (a group without samples prints empty), AUC and, for a generative
     judge, how many judgements held no parsable verdict."""
-    labels = list(summary["results"]) + ["AUC", "unparsable verdicts"]
+    labels = list(summary["results"]) + ["AUC", "unparsable verdicts", "both-orders agreement"]
     width = max(len(label) for label in labels)
     lines = [f"{label:<{width}}  {'' if value is None else f'{value:.5f}'}".rstrip()
              for label, value in summary["results"].items()]
     if summary.get("auc"):
         lines.append(f"{'AUC':<{width}}  {summary['auc'].get('overall')}")
+    agreement = summary.get("both_orders") or {}
+    if agreement.get("samples"):
+        lines.append(f"{'both-orders agreement':<{width}}  {agreement['agreement']:.5f} of {agreement['samples']} "
+                     f"samples (same best answer: {agreement['top1_agreement']:.5f})")
     verdicts = summary.get("unparsable_verdicts")
     if verdicts:
         lines.append(f"{'unparsable verdicts':<{width}}  {verdicts['unparsable']} of {verdicts['judgements']} "
                      f"({100 * verdicts['share']:.1f}%)")
     return "\n".join(lines)
+
+
+
+def truncation_line(summary: dict, max_length: int | None) -> str | None:
+    """One console line when --max-length cut any sample: how many of each task's samples (else None)."""
+    by_task = summary.get("truncated_by_task") or {}
+    cut = sum(k for k, _ in by_task.values())
+    if not cut:
+        return None
+    total = sum(n for _, n in by_task.values())
+    tasks = ", ".join(f"{task} {k} of {n}" for task, (k, n) in by_task.items() if k)
+    return (f"truncated: {cut} of {total} samples longer than --max-length {max_length} were judged on their first "
+            f"and last tokens only ({tasks}); --no-truncate or a larger --max-length judges them whole")
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ class EvalConfig:
     mesh: dict[str, int] | None = None
     max_length: int | None = UPSTREAM_MAX_LENGTH  # None: no truncation
     seed: int = DEFAULT_SEED
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # "auto": DisRM the checkpoint's dtype, GRM bfloat16 (resolve_dtype)
     limit: int | None = None  # at most this many samples per task file (smoke runs)
     share_prompt: bool = False  # DisRM: run each sample's common prompt prefix once (single device)
     resume: bool = False  # reuse per-task predictions in save_path/partial from a run with the same settings
@@ -101,10 +101,26 @@ def load_samples(cfg: EvalConfig) -> list[EvalSample]:
         samples = load_task_file(path, task, cfg.seed)
         if cfg.task_types:  # Long-form records have no task type and are kept
             samples = [s for s in samples if s.benchmark == LONG_FORM or s.tasktype in cfg.task_types]
-        out.extend(samples[: cfg.limit] if cfg.limit else samples)
+        out.extend(samples if cfg.limit is None else samples[: max(cfg.limit, 0)])
     if not out:
         raise BenchDataError(f"{cfg.data_path}: no sample left to evaluate (--task-types {cfg.task_types})")
     return out
+
+
+def resolve_dtype(cfg: EvalConfig) -> str:
+    """The compute dtype of ``cfg.dtype`` "auto": a DisRM scores in the checkpoint's stored dtype (its
+    config.json ``torch_dtype`` / ``dtype``), since bfloat16 rounds the close scores of an answer pair into ties
+    and flips (tiny fp32 BT model, --both-orders agreement 0.49 in bfloat16, 1.0 in float32); a GRM's greedy
+    verdict tolerates bfloat16, the fast decode dtype."""
+    if cfg.dtype != "auto":
+        return cfg.dtype
+    if not cfg.is_disrm:
+        return "bfloat16"
+    from longrm_jax.hf.load import read_hf_config
+
+    hf_config = read_hf_config(cfg.model_path)
+    stored = str(hf_config.get("torch_dtype") or hf_config.get("dtype") or "")
+    return stored if stored in ("float32", "bfloat16", "float16") else "float32"
 
 
 def build_mesh(spec: dict[str, int] | None):
@@ -263,6 +279,12 @@ def summarize(predictions: list[dict], tasks: Sequence[str]) -> dict:
     summary["accuracy_by_length"] = metrics.accuracy_by_length(predictions)
     summary["num_samples"] = len(predictions)
     summary["num_truncated"] = int(sum(p.get("truncated", False) for p in predictions))
+    by_task: dict[str, list[int]] = {}
+    for p in predictions:
+        counts = by_task.setdefault(p["task"], [0, 0])
+        counts[0] += bool(p.get("truncated", False))
+        counts[1] += 1
+    summary["truncated_by_task"] = by_task
     verdicts = metrics.verdict_report(predictions)
     if verdicts is not None:
         summary["unparsable_verdicts"] = verdicts
@@ -409,6 +431,10 @@ def run_evaluation(cfg: EvalConfig) -> dict:
     if cfg.longform_protocol not in ("pointwise", "joint"):
         raise BenchDataError(f"longform protocol must be pointwise or joint, got {cfg.longform_protocol!r}")
     check_model_kind(cfg)
+    if cfg.dtype == "auto":
+        cfg.dtype = resolve_dtype(cfg)
+        logger.info("compute dtype %s (%s; --dtype to choose)", cfg.dtype,
+                    "the checkpoint's" if cfg.is_disrm else "generative judge default")
     disrm_tokenizer, grm_tokenizer = load_chat_tokenizers(cfg.model_path, cfg.chat_template)
     samples = load_samples(cfg)
     logger.info("%d samples from %s", len(samples), cfg.data_path)
