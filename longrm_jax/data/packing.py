@@ -90,17 +90,19 @@ def is_untrainable(group: TokenizedGroup) -> bool:
 
 def drop_untrainable(groups: Sequence[TokenizedGroup], stats: TruncationStats | None = None
                      ) -> list[TokenizedGroup]:
-    """`groups` without the untrainable ones (`is_untrainable`), each drop logged and counted."""
-    out = []
+    """`groups` without the untrainable ones (`is_untrainable`), counted. One warning names the first dropped
+    pair (per `stats`, else per call); the rest are counted in `stats`' summary line, never a line each."""
+    out, dropped = [], []
     for g in groups:
-        if is_untrainable(g):
-            p = g.provenance
-            logger.warning("%s %s: chosen and rejected are identical after tokenization and cutting; the pair "
-                           "is dropped (it cannot train and would only dilute the loss)", p.source, p.where())
-            if stats is not None:
-                stats.count("identical_pairs_dropped")
-            continue
-        out.append(g)
+        (dropped if is_untrainable(g) else out).append(g)
+    if dropped:
+        where = f"{dropped[0].provenance.source} {dropped[0].provenance.where()}"
+        first = stats.count("identical_pairs_dropped", len(dropped), where) if stats is not None else True
+        if first:
+            logger.warning("%s: chosen and rejected are identical after tokenization and cutting; the pair is "
+                           "dropped (it cannot train and would only dilute the loss)%s", where,
+                           "; further drops are counted in the data summary line" if stats is not None
+                           else f"; {len(dropped)} such pairs dropped here")
     return out
 
 

@@ -180,8 +180,10 @@ class NoTrainableDataError(ValueError):
 class _WindowPacker:
     """Tokenize, fit, pack and batch one window; shuffle the order of its batches."""
 
-    def __init__(self, tokenizer: ChatTokenizer, cfg: PipelineConfig, stats: TruncationStats, num_records: int):
+    def __init__(self, tokenizer: ChatTokenizer, cfg: PipelineConfig, stats: TruncationStats, num_records: int,
+                 report: bool = True):
         self.tok, self.cfg, self.stats = tokenizer, cfg, stats
+        self.report = report  # log the data summary line once the first pass is done
         # Without this check a run whose every group is dropped would wait forever for its first batch.
         self.num_records, self.records_seen, self.batches_made = num_records, 0, 0
         longest = max(cfg.resolved_buckets) // (cfg.group_size if cfg.slotted else 1)
@@ -224,6 +226,13 @@ class _WindowPacker:
                     f"({reasons}; data.truncation {cfg.truncation!r}, rows of {max(cfg.resolved_buckets)} tokens): "
                     "raise data.seq_len, use data.truncation prompt_middle, or check the data (python -m "
                     "longrm_jax.data.inspect_data)")
+            summary = None
+            if self.report and self.records_seen >= self.num_records:
+                self.report = False
+                summary = self.stats.summary_line(f"first pass over {self.num_records} training records",
+                                                  cfg.truncation, max(cfg.resolved_buckets))
+        if summary:
+            logger.warning("%s", summary)
         order = np.random.default_rng([cfg.seed, window_index, 7]).permutation(len(batches))
         return [batches[i] for i in order]
 
@@ -259,14 +268,15 @@ def _fingerprint(cfg: PipelineConfig, num_records: int) -> str:
 class TrainIterator:
     """Iterator of per-process packed batches with exact `get_state` / `set_state` (see module docstring)."""
 
-    def __init__(self, records, tokenizer: ChatTokenizer, cfg: PipelineConfig):
+    def __init__(self, records, tokenizer: ChatTokenizer, cfg: PipelineConfig, *, report: bool = True):
+        """``report``: log the data summary line (what truncation and packing did) after the first pass."""
         if len(records) == 0:
             raise ValueError("no training records")
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.buckets = cfg.resolved_buckets
         self._stats = TruncationStats()
-        self._packer = _WindowPacker(tokenizer, cfg, self._stats, len(records))
+        self._packer = _WindowPacker(tokenizer, cfg, self._stats, len(records), report)
         self._fingerprint = _fingerprint(cfg, len(records))
         ds = grain.MapDataset.source(_SafeSource(records))
         if cfg.shuffle:
@@ -323,7 +333,7 @@ class TrainIterator:
 def make_train_iterator(data, tokenizer, *, stage: str = "simpo", data_format: str | None = None,
                         split: str | None = None, enable_thinking: bool | None = None,
                         process_index: int | None = None, process_count: int | None = None,
-                        **config: Any) -> TrainIterator:
+                        report: bool = True, **config: Any) -> TrainIterator:
     """Build the training iterator (arguments: `PipelineConfig` fields; see the module docstring).
 
     `process_index` / `process_count` default to `jax.process_index()` / `jax.process_count()`.
@@ -346,4 +356,4 @@ def make_train_iterator(data, tokenizer, *, stage: str = "simpo", data_format: s
     if isinstance(data, RecordSource) and data.format != expected:
         raise ValueError(f"{data.source_name}: stage {stage!r} needs {expected} data, the file holds "
                          f"{data.format} rows")
-    return TrainIterator(data, tokenizer, cfg)
+    return TrainIterator(data, tokenizer, cfg, report=report)

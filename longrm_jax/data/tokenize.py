@@ -26,7 +26,7 @@ pair as a whole):
 - `middle` (evaluation): a sequence of `max_length` tokens or more keeps its first `middle_head` and last
   `middle_tail` tokens: 65,536 + 65,531 at 131,072.
 - `error`: raise.
-`TruncationStats` counts what was cut (thread-safe; logged once per source and queryable).
+`TruncationStats` counts what was cut (thread-safe): a warning at the first cut, then one summary line.
 """
 
 from __future__ import annotations
@@ -105,7 +105,10 @@ RULE_COUNTERS = (
 
 
 class TruncationStats:
-    """Thread-safe counters of samples seen/truncated, tokens dropped and the rules applied (`RULE_COUNTERS`)."""
+    """Thread-safe counters of samples seen/truncated, tokens dropped and the rules applied (`RULE_COUNTERS`).
+
+    The user sees one warning at the first cut, and one at the first dropped pair (each naming the row), then
+    one :meth:`summary_line` with the totals (the training pipeline logs it at the end of its first pass)."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -113,22 +116,29 @@ class TruncationStats:
         self.truncated_samples = 0
         self.dropped_tokens = 0
         self.rules = dict.fromkeys(RULE_COUNTERS, 0)
-        self._warned = False
+        self.first_cut: str | None = None  # where the first truncated sample came from
+        self.first_dropped_pair: str | None = None
 
-    def count(self, rule: str, n: int = 1) -> None:
+    def count(self, rule: str, n: int = 1, where: str | None = None) -> bool:
+        """Add ``n`` to ``rule``; True the first time a dropped pair is counted (``where``: its row)."""
         with self._lock:
             self.rules[rule] += n
+            first = rule == "identical_pairs_dropped" and n > 0 and self.first_dropped_pair is None
+            if first:
+                self.first_dropped_pair = where or "?"
+        return first
 
     def record(self, n_samples: int, n_truncated: int, n_dropped: int, where: str = "") -> None:
         with self._lock:
             self.samples += n_samples
             self.truncated_samples += n_truncated
             self.dropped_tokens += n_dropped
-            warn = n_truncated and not self._warned
+            warn = n_truncated and self.first_cut is None
             if warn:
-                self._warned = True
+                self.first_cut = where or "?"
         if warn:
-            logger.warning("truncating samples (first at %s); see TruncationStats for totals", where)
+            logger.warning("data: cutting sequences longer than their row (first: %s); one line with the totals "
+                           "follows at the end of the first pass over the data", where)
 
     def as_dict(self) -> dict[str, int]:
         with self._lock:
@@ -138,6 +148,24 @@ class TruncationStats:
                 "dropped_tokens": self.dropped_tokens,
                 **self.rules,
             }
+
+    def summary_line(self, what: str, policy: str, row_tokens: int) -> str | None:
+        """One line with what the cutting and packing rules did to ``what`` (e.g. "4096 training records"), or
+        None when they touched nothing."""
+        c = self.as_dict()
+        if not (c["truncated_samples"] or c["identical_pairs_dropped"] or c["own_row_groups"]):
+            return None
+        parts = [f"{c['truncated_samples']} of {c['samples']} sequences cut to rows of {row_tokens} tokens "
+                 f"(data.truncation {policy}: {c['prompt_cut_samples']} prompts cut in the middle, "
+                 f"{c['response_cut_samples']} responses cut; {c['dropped_tokens']} tokens dropped)"]
+        if c["own_row_groups"]:
+            parts.append(f"{c['own_row_groups']} groups given a row of their own")
+        if c["identical_pairs_dropped"]:
+            parts.append(f"{c['identical_pairs_dropped']} pairs dropped as chosen == rejected after the cut "
+                         f"(first: {self.first_dropped_pair})")
+        return (f"data summary, {what}: " + "; ".join(parts) + ". Per-sample detail: python -m "
+                f"longrm_jax.data.inspect_data --data FILE --tokenizer DIR --max-length {row_tokens} "
+                f"--truncation {policy}")
 
 
 def truncate_middle(ids: Sequence[int] | np.ndarray, max_length: int = 131_072, head: int | None = None,

@@ -236,6 +236,10 @@ class TrainConfig:
                               f"{self.checkpoint.on_low_disk!r}")
         if self.distributed.mode not in ("auto", "on", "off"):
             raise ConfigError(f"distributed.mode must be auto, on or off; got {self.distributed.mode!r}")
+        if self.stage != "sft" and self.data.num_rejects < 1:
+            raise ConfigError(f"data.num_rejects must be >= 1 for stage {self.stage} (each preference group trains "
+                              f"its chosen response against that many rejected ones); got {self.data.num_rejects}")
+        _check_synthetic_options(self.data.synthetic)
         return self
 
     def _check_ranges(self) -> None:
@@ -258,6 +262,10 @@ class TrainConfig:
             ("data.window_groups", d.window_groups, d.window_groups is None or d.window_groups >= 1, ">= 1 or null"),
             ("data.worker_count", d.worker_count, d.worker_count >= 0, ">= 0"),
             ("loss.chunk_tokens", self.loss.chunk_tokens, self.loss.chunk_tokens >= 1, ">= 1"),
+            # SimPO's reward scale: beta <= 0 flips (or erases) the preference, so a run would learn to prefer the
+            # rejected answers. Upstream's recipes use 2.5 (and 2.0-10 in the SimPO paper).
+            ("loss.beta", self.loss.beta, self.loss.beta > 0, "> 0 (it scales the reward margin; <= 0 inverts "
+             "or erases the preference)"),
             ("loss.label_smoothing", self.loss.label_smoothing, 0 <= self.loss.label_smoothing < 0.5,
              "in [0, 0.5)"),
             ("loss.nll_weight", self.loss.nll_weight, self.loss.nll_weight >= 0, ">= 0"),
@@ -301,6 +309,28 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+# data.synthetic keys (options of data.synthetic.training_rows) and the check of each value.
+_SYNTHETIC_OPTIONS = {
+    "lengths": ("a list of positive token counts, e.g. [256, 512]",
+                lambda v: isinstance(v, list) and bool(v) and all(isinstance(n, int) and not isinstance(n, bool)
+                                                                   and n > 0 for n in v)),
+    "num_distractors": ("an integer >= 0", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+    "num_values": ("an integer in [1 + data.num_rejects, 16]",
+                   lambda v: isinstance(v, int) and not isinstance(v, bool) and 2 <= v <= 16),
+}
+
+
+def _check_synthetic_options(options: dict) -> None:
+    """data.synthetic is a free-form mapping handed to the generator: check it here, naming the key, instead of
+    a TypeError deep inside the generator."""
+    for key, value in options.items():
+        if key not in _SYNTHETIC_OPTIONS:
+            raise ConfigError(f"data.synthetic: unknown key {key!r}; valid keys: {', '.join(sorted(_SYNTHETIC_OPTIONS))}")
+        want, ok = _SYNTHETIC_OPTIONS[key]
+        if not ok(value):
+            raise ConfigError(f"data.synthetic.{key} must be {want}; got {value!r}")
 
 
 def _field_types(cls) -> dict[str, Any]:
@@ -423,9 +453,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         except OSError as e:
             raise ConfigError(f"cannot read config {path}: {e}") from None
         try:
-            loaded = yaml.safe_load(text) or {}
+            loaded = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: invalid YAML: {e}") from None
+            raise ConfigError(f"{yaml_error_line(path, e)}") from None
+        if loaded is None:
+            raise ConfigError(f"{path}: the file holds no settings (empty or only comments): it would train with "
+                              "the built-in defaults, which are not the packaged default run. Run without --config "
+                              "for the packaged run, or start from a file in configs/")
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping")
         data = _merge(data, loaded)
@@ -434,6 +468,16 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if overrides:
         source += " + --set"
     return from_dict(data, source=source)
+
+
+def yaml_error_line(path: str | Path, error: Exception) -> str:
+    """A YAML parse error as one line naming the file, line and column (PyYAML's own text spans several lines
+    and quotes the source)."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    context = getattr(error, "context", None)
+    return f"{where}: invalid YAML: {problem}" + (f" ({context})" if context else "")
 
 
 def _merge(base: dict, extra: dict) -> dict:

@@ -12,14 +12,17 @@ batches it would have seen. Held-out evaluation pairs are packed once, in memory
 
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
 
 from longrm_jax.data.packing import pack_batches
 from longrm_jax.data.records import PreferenceRecord, Provenance, SFTRecord
-from longrm_jax.data.tokenize import ChatTokenizer, TruncationConfig
+from longrm_jax.data.tokenize import ChatTokenizer, TruncationConfig, TruncationStats
 from longrm_jax.training.config import DataSection, TrainConfig
+
+logger = logging.getLogger(__name__)
 
 
 def load_tokenizer(data: DataSection) -> ChatTokenizer:
@@ -78,10 +81,15 @@ def slots(cfg: TrainConfig) -> int | None:
 def packed_batches(cfg: TrainConfig, tokenizer: ChatTokenizer, records, *, sft: bool, batch_rows: int) -> list[dict]:
     r = 0 if sft else cfg.data.num_rejects
     trunc = TruncationConfig(policy=cfg.data.truncation, max_length=cfg.data.seq_len)
-    groups = [tokenizer.tokenize(rec, num_rejects=max(r, 1), truncation=trunc) for rec in records]
+    stats = TruncationStats()
+    groups = [tokenizer.tokenize(rec, num_rejects=max(r, 1), truncation=trunc, stats=stats) for rec in records]
     k = slots(cfg)
-    return pack_batches(groups, ((k or 1) * cfg.data.seq_len,), batch_rows, 1 + r, tokenizer.pad_id,
-                        tokenizer.eos_id, cfg.data.truncation, slotted=k is not None)
+    batches = pack_batches(groups, ((k or 1) * cfg.data.seq_len,), batch_rows, 1 + r, tokenizer.pad_id,
+                           tokenizer.eos_id, cfg.data.truncation, stats, slotted=k is not None)
+    summary = stats.summary_line(f"{len(groups)} held-out records", cfg.data.truncation, (k or 1) * cfg.data.seq_len)
+    if summary:
+        logger.warning("%s", summary)
+    return batches
 
 
 def train_records(cfg: TrainConfig):
@@ -96,8 +104,10 @@ def train_records(cfg: TrainConfig):
     return _file_records(cfg, cfg.data.source, sft)
 
 
-def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, num_epochs: int | None = None):
-    """The grain training iterator (this process's rows of each global batch; ``num_epochs=None``: forever)."""
+def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, num_epochs: int | None = None,
+                   report: bool = True):
+    """The grain training iterator (this process's rows of each global batch; ``num_epochs=None``: forever).
+    ``report``: log the data summary line after the first pass."""
     from longrm_jax.data.pipeline import make_train_iterator
 
     d = cfg.data
@@ -111,7 +121,7 @@ def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, 
         bucket_scheme=d.bucket_scheme,
         batch_size=cfg.pipeline_rows_per_step, seed=cfg.seed, shuffle=d.shuffle, num_epochs=num_epochs,
         window_groups=d.window_groups, worker_count=max(1, d.worker_count), slotted=k > 1, seq_len=d.seq_len,
-        truncation=d.truncation,
+        truncation=d.truncation, report=report,
     )
 
 
@@ -133,11 +143,23 @@ def degenerate_groups(batch: dict, group_size: int) -> tuple[int, int]:
 
 def count_batches(cfg: TrainConfig, tokenizer: ChatTokenizer, records) -> int:
     """Global batches in one epoch (a dry pass over the pipeline, to size the learning-rate schedule)."""
-    it = train_iterator(cfg, tokenizer, records, num_epochs=1)
+    it = train_iterator(cfg, tokenizer, records, num_epochs=1, report=False)  # the training pass reports
     try:
         return sum(1 for _ in it)
     finally:
         it.close()
+
+
+def missing_eval_reason(cfg: TrainConfig) -> str:
+    """Why :func:`eval_batches` gave nothing: a file source without a held-out file, or held-out pairs that were
+    all dropped (e.g. identical after truncation: synthetic data always has a held-out split)."""
+    if cfg.data.eval_source is None and cfg.data.source != "synthetic":
+        return (f"no held-out pairs: data.source {cfg.data.source} has no held-out split and data.eval_source is "
+                "unset (set it to a held-out file to measure pairwise accuracy)")
+    source = cfg.data.eval_source or "synthetic"
+    return (f"no held-out pairs left: every held-out pair of {source} was dropped (identical after truncation to "
+            f"data.seq_len={cfg.data.seq_len}, data.truncation {cfg.data.truncation}; see the data summary line): "
+            "raise data.seq_len or use data.truncation prompt_middle")
 
 
 def eval_batches(cfg: TrainConfig, tokenizer: ChatTokenizer) -> list[dict]:

@@ -24,7 +24,7 @@ from longrm_jax.training import batches as batch_lib
 from longrm_jax.training.checkpoint import Checkpointer, is_training_checkpoint
 from longrm_jax.training.config import TrainConfig, to_yaml
 from longrm_jax.training.data_source import (count_batches, degenerate_groups, eval_batches, load_tokenizer,
-                                             train_iterator, train_records)
+                                             missing_eval_reason, train_iterator, train_records)
 from longrm_jax.training.data_source import slots as data_slots
 from longrm_jax.training.distributed import maybe_initialize
 from longrm_jax.training.memory_plan import peak_device_gib, plan_train_step
@@ -201,15 +201,15 @@ def _prepare_inputs(cfg: TrainConfig, resume: bool) -> _RunInputs:
     eval_host = eval_batches(cfg, tokenizer) if (cfg.eval_before or cfg.eval_after) else []
     no_eval_reason = None
     if (cfg.eval_before or cfg.eval_after) and not eval_host:
-        no_eval_reason = (f"no held-out pairs: data.source {cfg.data.source} has no held-out split and "
-                          "data.eval_source is unset (set it to a held-out file to measure pairwise accuracy)")
+        no_eval_reason = missing_eval_reason(cfg)
         _log(f"note: {no_eval_reason}")
     if cfg.steps:
         total_steps = cfg.steps
     else:
         per_epoch = count_batches(cfg, tokenizer, records)
         total_steps = max(1, math.ceil(cfg.epochs * per_epoch))
-        _log(f"{per_epoch} batches per epoch -> {total_steps} steps for {cfg.epochs} epoch(s)")
+        _log(f"steps=0: training by epochs ({cfg.epochs} x {per_epoch} batches per epoch = {total_steps} steps); "
+             "set steps=N for a fixed number of optimizer steps")
     ckpt_dir = cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints")
     _clear_old_checkpoints(cfg, ckpt_dir, resume)
     return _RunInputs(mesh=mesh, seq_shards=int(mesh.shape["seq"]), slots=data_slots(cfg), tokenizer=tokenizer,
