@@ -95,6 +95,17 @@ def check_out_dir(out: str, src: str, *, overwrite: bool) -> None:
                          "directory")
 
 
+def check_tokenizer_dir(path: str) -> None:
+    """``--tokenizer-dir`` must hold tokenizer files: an export without them cannot be evaluated or served."""
+    from longrm_jax.hf.save import TOKENIZER_FILES
+
+    if not os.path.isdir(path):
+        raise ValueError(f"--tokenizer-dir {path}: not a directory")
+    if not any(os.path.isfile(os.path.join(path, name)) for name in TOKENIZER_FILES):
+        raise ValueError(f"--tokenizer-dir {path}: no tokenizer files (expected some of "
+                         f"{', '.join(TOKENIZER_FILES[:3])}, ...)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from longrm_jax.cli_support import add_debug_flag
 
@@ -110,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="output directory: new or empty (else --overwrite); never inside the source")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a non-empty --out (the new export is written aside and swapped in whole)")
-    parser.add_argument("--dtype", default=None, help="stored weight dtype, e.g. bfloat16 (default: unchanged)")
+    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                        help="stored weight dtype (default: unchanged)")
     parser.add_argument("--max-shard-size", default="5GB", help="largest safetensors shard (default 5GB)")
     parser.add_argument("--head", choices=["causal_lm", "classifier"], default=None,
                         help="head kind to load a Hugging Face source as (default: from its architecture); a "
@@ -127,7 +139,11 @@ def _export(argv: list[str]) -> int:
 
     silence_absl_warnings()
     check_out_dir(args.out, args.checkpoint, overwrite=args.overwrite)
-    from longrm_jax.hf.save import save_pretrained
+    from longrm_jax.hf.save import parse_size, save_pretrained
+
+    parse_size(args.max_shard_size)  # a bad size stops here, before anything is loaded
+    if args.tokenizer_dir is not None:
+        check_tokenizer_dir(args.tokenizer_dir)
 
     resolved = resolve_checkpoint(args.checkpoint, head=args.head)
     if args.head is not None and _head_of(resolved.model) != args.head:
@@ -155,6 +171,11 @@ def _export(argv: list[str]) -> int:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     print(f"wrote {len(files)} files to {args.out}: {', '.join(files)}")
+    from longrm_jax.hf.save import TOKENIZER_FILES
+
+    if not set(files) & set(TOKENIZER_FILES):
+        print(f"warning: {args.out} holds no tokenizer ({resolved.tokenizer_dir} has no tokenizer files): evaluate "
+              "and transformers need one; export again with --tokenizer-dir DIR", file=sys.stderr)
     return 0
 
 

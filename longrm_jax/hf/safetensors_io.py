@@ -129,6 +129,11 @@ def save_file(tensors: Mapping[str, np.ndarray], path: str | os.PathLike, metada
         arrays[name] = arr
     tmp = os.fspath(path) + ".tmp"
     safetensors.numpy.save_file(arrays, tmp, metadata=dict(metadata) if metadata else None)
+    # The library creates its file 0600; give it the mode open() gives the config and tokenizer files (0644
+    # under the usual umask), so another user (a serving account) can read the weights next to them.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     os.replace(tmp, path)
 
 
