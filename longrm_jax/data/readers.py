@@ -126,7 +126,12 @@ def open_rows(path: str, split: str | None = None):
             return ListRows(os.path.join(path, split), ds[split])
         return ListRows(path, ds)
     if not os.path.exists(path):
-        raise FileNotFoundError(path)
+        missing = path
+        while missing and not os.path.exists(os.path.dirname(missing) or "."):
+            missing = os.path.dirname(missing)
+        where = "" if missing == path else f" (no {missing} either)"
+        raise FileNotFoundError(f"data file {path} does not exist{where}; expected a .jsonl, .json or .parquet file "
+                                "or a datasets save_to_disk directory")
     if path.endswith((".jsonl", ".jsonlines", ".ndjson")):
         return JsonLinesRows(path)
     if path.endswith(".json"):
@@ -233,8 +238,13 @@ def parse_preference(r: _Row) -> PreferenceRecord:
 
 
 def parse_long_rewardbench(r: _Row) -> BenchRecord:
-    # Upstream treats a row without `tasktype` as pairwise; an unknown value is an error.
+    # Upstream treats a row without `tasktype` as pairwise; an unknown value is an error. A row without it that
+    # has no `chosen` is not a pairwise row missing its answer: say that its tasktype is what is missing.
     tasktype = r.text("tasktype") if "tasktype" in r.row and r.row["tasktype"] is not None else PAIRWISE
+    if r.row.get("tasktype") is None and not r.has("chosen") and not r.has("rejected"):
+        hint = "BestOfN (it has candidates)" if r.has("candidates") else f"one of {', '.join(TASK_TYPES)}"
+        raise r.error("tasktype", f"missing: a Long-RewardBench row without tasktype is read as PairWise and needs "
+                      f"chosen and rejected; this row has neither, so set tasktype to {hint}")
     if tasktype not in TASK_TYPES:
         raise r.error("tasktype", f"unknown tasktype {tasktype!r} (expected one of {', '.join(TASK_TYPES)})")
     prompt = r.messages("prompt_template")
@@ -327,7 +337,8 @@ class RecordSource:
                 continue
             except ValueError as e:
                 raise DataError(self.source_name, self._where(i), None, str(e)) from None
-        raise DataError(self.source_name, "file", None, "no readable row to detect the format from; pass format=")
+        raise DataError(self.source_name, "file", None, "no readable row to detect the format from; name it with --format "
+                        f"(one of {', '.join(f for f in FORMATS if f != 'auto')})")
 
     def _where(self, i: int) -> str:
         line = self.rows.line_of(i)

@@ -104,6 +104,10 @@ RULE_COUNTERS = (
 )
 
 
+# Files of which a tokenizer directory holds at least one (transformers reads the rest from them).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
 class TruncationStats:
     """Thread-safe counters of samples seen/truncated, tokens dropped and the rules applied (`RULE_COUNTERS`).
 
@@ -283,7 +287,16 @@ class ChatTokenizer:
             raise FileNotFoundError(
                 f"tokenizer directory {path} does not exist (a local model or tokenizer directory is needed; "
                 "the bundled tiny tokenizer is longrm_jax/assets/tiny_tokenizer)")
-        return cls(AutoTokenizer.from_pretrained(str(path), local_files_only=True), enable_thinking=enable_thinking,
+        if not any(os.path.isfile(os.path.join(path, name)) for name in TOKENIZER_FILES):
+            raise FileNotFoundError(f"tokenizer directory {path} holds no tokenizer (none of "
+                                    f"{', '.join(TOKENIZER_FILES)}); the bundled tiny tokenizer is "
+                                    "longrm_jax/assets/tiny_tokenizer")
+        try:
+            hf = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        except Exception as error:  # noqa: BLE001 - transformers' text names no path and spans lines
+            first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+            raise ValueError(f"tokenizer directory {path}: transformers cannot load it ({first})") from error
+        return cls(hf, enable_thinking=enable_thinking,
                    chat_template=read_chat_template(chat_template) if chat_template else None)
 
     # -- text level -------------------------------------------------------------------------------------

@@ -19,12 +19,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from longrm_jax.data.tokenize import ChatTokenizer, read_chat_template, truncate_middle
+from longrm_jax.data.tokenize import TOKENIZER_FILES, ChatTokenizer, read_chat_template, truncate_middle
 from longrm_jax.evaluation.prompts import judge_messages, position_letter
 from longrm_jax.evaluation.samples import EvalSample
 
 UPSTREAM_MAX_LENGTH = 131_072
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 class ModelDirError(ValueError):
@@ -37,10 +36,10 @@ def load_chat_tokenizers(model_path: str, chat_template: str | None = None) -> t
     ``chat_template``: a Jinja template file used instead of the tokenizer's (needed where it has none)."""
     if not os.path.isdir(model_path):
         raise ModelDirError(f"{model_path}: model directory not found")
-    present = [name for name in _TOKENIZER_FILES if os.path.isfile(os.path.join(model_path, name))]
+    present = [name for name in TOKENIZER_FILES if os.path.isfile(os.path.join(model_path, name))]
     if not present:
         raise ModelDirError(
-            f"{model_path}: no tokenizer in the model directory (expected one of {', '.join(_TOKENIZER_FILES)}); "
+            f"{model_path}: no tokenizer in the model directory (expected one of {', '.join(TOKENIZER_FILES)}); "
             "copy the tokenizer files next to the weights"
         )
     from transformers import AutoTokenizer
@@ -48,7 +47,8 @@ def load_chat_tokenizers(model_path: str, chat_template: str | None = None) -> t
     try:
         hf_tokenizer = AutoTokenizer.from_pretrained(model_path)
     except Exception as error:  # noqa: BLE001 - re-raised with the path for the user
-        raise ModelDirError(f"{model_path}: cannot load the tokenizer ({type(error).__name__}: {error})") from error
+        first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+        raise ModelDirError(f"{model_path}: cannot load the tokenizer ({type(error).__name__}: {first})") from error
     try:
         template = read_chat_template(chat_template) if chat_template else None
         return (ChatTokenizer(hf_tokenizer, enable_thinking=None, chat_template=template),
