@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(saved under SAVE_PATH/partial as each task file completes)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate at most N samples per task file")
     parser.add_argument("--no-progress", action="store_true", help="disable progress bars")
+    parser.add_argument("--strict-kernels", action="store_true",
+                        help="stop instead of warning when a slower fallback would run (a broken tokamax import, "
+                             "a failed memory_stats() shrinking the GRM slot pool, ...)")
     add_debug_flag(parser)
     parser.add_argument("--no-gpu-flags", action="store_true",
                         help="GRM: do not add the GPU decode XLA flags. By default a GRM run on a GPU appends "
@@ -228,6 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _evaluate(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     check_args(args)
+    from longrm_jax.ops import slow_paths
+
+    slow_paths.set_strict(args.strict_kernels)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     apply_gpu_decode_flags(args)  # before anything below touches a device
     if args.compilation_cache:
@@ -256,9 +262,9 @@ def _evaluate(argv: Sequence[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(format_summary(summary))  # the runner has logged a warning above UNPARSABLE_WARN_SHARE
-    truncated = truncation_line(summary, cfg.max_length)
-    if truncated:
-        print(truncated)
+    for line in (truncation_line(summary, cfg.max_length), slow_paths.summary_line()):
+        if line:
+            print(line)
     print(f"outputs written to {cfg.resolved_save_path()}")
     return 0
 

@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a config key (dotted, e.g. optim.lr=1e-5, mesh.seq=2); repeatable")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in checkpoint.dir")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument("--strict-kernels", action="store_true",
+                   help="stop instead of warning when a slower fallback kernel would run (a broken tokamax import, "
+                        "a cuDNN too old for the packed backward, ...); same as --set strict_kernels=true")
     from longrm_jax.cli_support import add_debug_flag
 
     add_debug_flag(p)
@@ -77,6 +80,9 @@ def _train(argv: list[str]) -> int:
     if args.print_config:
         print(to_yaml(cfg))
         return 0
+    from longrm_jax.ops import slow_paths
+
+    slow_paths.set_strict(cfg.strict_kernels or args.strict_kernels)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if cfg.model.remat in ("save_attention_out", "auto") or cfg.model.remat.startswith("offload_"):
         # Before the first device use: without it XLA re-runs the saved attention kernel on GPUs
@@ -118,6 +124,9 @@ def _train(argv: list[str]) -> int:
         print(f"WARNING: {result.degenerate_groups} of {result.trained_groups} preference groups trained gave no "
               "gradient (chosen identical to rejected after truncation; see the log above)")
     print(f"checkpoints: {result.checkpoint_dir}")
+    slow = slow_paths.summary_line()
+    if slow:
+        print(slow)
     return 0
 
 

@@ -195,7 +195,8 @@ def bench_single(args, rows, notes):
             try:
                 res = torch_peer(b, t, hq, hkv, d, args.iters, args.warmup, args.smoke)
             except Exception as e:  # noqa: BLE001 - report and go on (e.g. OOM)
-                res, notes = None, notes + [f"torch at {t}: {type(e).__name__}: {str(e)[:200]}"]
+                res = None
+                notes.append(f"FAIL torch at {t}: {type(e).__name__}: {str(e)[:200]}")
             if res:
                 rows.append(dict(impl="torch sdpa", length=t, fwd=tflops(flops, res[0]),
                                  fwd_bwd=tflops(3.5 * flops, res[1]), check="(peer)"))
@@ -246,8 +247,8 @@ def bench_single(args, rows, notes):
                     rows.append(dict(impl=name + " packed", length=t, fwd=tflops(flops, p_fwd),
                                      fwd_bwd=tflops(3.5 * flops, p_fb), check="4 segments; effective TFLOP/s"))
                     print_row(rows[-1])
-            except Exception as e:  # noqa: BLE001 - e.g. out of memory at 128K: record and continue
-                notes.append(f"{name} at {t}: {type(e).__name__}: {str(e)[:200]}")
+            except Exception as e:  # noqa: BLE001 - e.g. out of memory at 128K: record, go on, exit non-zero
+                notes.append(f"FAIL {name} at {t}: {type(e).__name__}: {str(e)[:200]}")
                 print("  " + notes[-1], flush=True)
         if want is not None:
             lse_agreement(q, k, v, notes)
@@ -268,7 +269,7 @@ def lse_agreement(q, k, v, notes):
         notes.append(f"T={q.shape[1]}: max |LSE tokamax - LSE cuDNN| = {diff:.2e}"
                      + ("" if diff < 0.05 else "  FAIL (statistics disagree)"))
     except Exception as e:  # noqa: BLE001
-        notes.append(f"T={q.shape[1]}: LSE comparison failed: {type(e).__name__}: {str(e)[:160]}")
+        notes.append(f"FAIL T={q.shape[1]}: LSE comparison crashed: {type(e).__name__}: {str(e)[:160]}")
     print("  " + notes[-1], flush=True)
 
 
@@ -381,7 +382,7 @@ def bench_ring(args, rows, notes):
                     print("  " + notes[-1], flush=True)
             del q, k, v, dout
         except Exception as e:  # noqa: BLE001
-            notes.append(f"ring at {per_gpu}/GPU: {type(e).__name__}: {str(e)[:200]}")
+            notes.append(f"FAIL ring at {per_gpu}/GPU: {type(e).__name__}: {str(e)[:200]}")
             continue
         single = (tflops(fwd_flops(b, per_gpu, hq, d), s_fwd), tflops(3.5 * fwd_flops(b, per_gpu, hq, d), s_fb))
         ring = (tflops(fwd_flops(b, t, hq, d) / n, r_fwd), tflops(3.5 * fwd_flops(b, t, hq, d) / n, r_fb))

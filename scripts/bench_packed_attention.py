@@ -197,7 +197,7 @@ def main(argv=None) -> int:
         try:
             ok &= probe(args, notes)
         except Exception as e:  # noqa: BLE001 - report and go on to the checks
-            notes.append(f"probe failed: {type(e).__name__}: {str(e)[:400]}")
+            notes.append(f"FAIL probe: {type(e).__name__}: {str(e)[:400]}")
             ok = False
         print("\n".join("  " + n for n in notes), flush=True)
     ok &= checks(args, notes)
@@ -207,7 +207,7 @@ def main(argv=None) -> int:
             try:
                 time_case(args, name, impl, seqs, t, rows)
             except Exception as e:  # noqa: BLE001
-                notes.append(f"{name} {impl}: {type(e).__name__}: {str(e)[:300]}")
+                notes.append(f"FAIL {name} {impl}: {type(e).__name__}: {str(e)[:300]}")  # a lost row fails the run
                 print("  " + notes[-1], flush=True)
     for bound in [int(b) for b in args.bounds.split(",") if b]:
         seqs, t = cases["groups"]

@@ -63,11 +63,13 @@ def test_gpu_without_tokamax_warns_once_naming_the_extra(monkeypatch, caplog):
     monkeypatch.setattr(attention.jax, "default_backend", lambda: "gpu")
     monkeypatch.setattr(flash, "hybrid_available", lambda: False)
     monkeypatch.setattr(flash, "tokamax_available", lambda: False)
+    monkeypatch.setattr(flash, "tokamax_unavailable_reason", lambda: "not installed")
     attention.warn_missing_tokamax.cache_clear()
-    with caplog.at_level(logging.WARNING, logger="longrm_jax.ops.dispatch"):
+    with caplog.at_level(logging.WARNING, logger="longrm_jax.ops.slow_paths"):
         assert attention.local_impl("auto") == "cudnn"
         assert attention.local_impl("auto") == "cudnn"
     attention.warn_missing_tokamax.cache_clear()
-    messages = [r.getMessage() for r in caplog.records if r.name == "longrm_jax.ops.dispatch"]
-    assert messages == ["tokamax is not installed: attention on this GPU falls back from the 'pallas' kernel to "
-                        "'cudnn' (slower). Install the GPU extra: pip install \"longrm_jax[gpu]\""]
+    messages = [r.getMessage() for r in caplog.records if r.name == "longrm_jax.ops.slow_paths"]
+    assert messages == ["slow path (tokamax_import): tokamax is not installed: attention on this GPU falls back from "
+                        "the 'pallas' kernel to 'cudnn' (slower). Fix: install the GPU extra: pip install "
+                        "\"longrm_jax[gpu]\""]

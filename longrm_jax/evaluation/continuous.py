@@ -290,7 +290,13 @@ def device_memory_bytes(device=None) -> int | None:
     device = device or jax.devices()[0]
     try:
         stats = device.memory_stats()
-    except Exception:  # noqa: BLE001 - backends without allocator stats raise various errors
+    except Exception as e:  # noqa: BLE001 - backends without allocator stats raise various errors
+        if device.platform != "cpu":  # an accelerator always has a limit: losing it shrinks the slot pool
+            from longrm_jax.ops import slow_paths
+
+            slow_paths.report("eval_slots_fallback", f"{device.platform} memory_stats() failed ({type(e).__name__}: "
+                              f"{e}), so continuous GRM evaluation runs {FALLBACK_SLOTS} slots instead of as many as "
+                              "the memory holds", "pass --device-memory-gib (the device's memory) or --batch-size")
         return None
     return int(stats["bytes_limit"]) if stats and "bytes_limit" in stats else None
 

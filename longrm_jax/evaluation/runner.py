@@ -470,6 +470,9 @@ def run_evaluation(cfg: EvalConfig) -> dict:
     settings.update(model_type="Discriminative RM" if cfg.is_disrm else "Generative RM",
                     seconds=round(time.time() - started, 1))
     summary["timings"] = cfg.timings  # written below; aggregation_s covers summarising and writing
+    from longrm_jax.ops import slow_paths
+
+    summary["slow_paths"] = slow_paths.counts()  # fallbacks taken (ops.slow_paths), {} when none
     write_outputs(cfg.resolved_save_path(), predictions, summary, settings)
     cfg.timings["aggregation_s"] = time.time() - begin
     cfg.timings["total_s"] = time.time() - started

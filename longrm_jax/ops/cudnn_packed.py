@@ -185,10 +185,21 @@ def supports(q, k, q_segment_ids, kv_segment_ids, *, causal, check_device=True) 
 
 
 def _cudnn_version_ok() -> bool:
+    """cuDNN is new enough for the ragged backward; when not (or the check fails), one slow-path warning: packed
+    rows then take the recomputing backward."""
+    from longrm_jax.ops import slow_paths
+
     try:
-        return int(cudnn_flash._FA.check_cudnn_version()) >= MIN_CUDNN_VERSION
-    except Exception:  # noqa: BLE001 - no cuDNN: not supported
-        return False
+        version = int(cudnn_flash._FA.check_cudnn_version())
+    except Exception as e:  # noqa: BLE001 - no usable cuDNN: not supported, said once
+        reason = f"the cuDNN version check failed ({type(e).__name__}: {e})"
+    else:
+        if version >= MIN_CUDNN_VERSION:
+            return True
+        reason = f"cuDNN {version} is older than the {MIN_CUDNN_VERSION} the ragged backward needs"
+    slow_paths.report("cudnn_ragged_backward", f"{reason}, so packed rows use the recomputing attention backward",
+                      "install the cuDNN that the jax CUDA plugin pins (pip install \"longrm_jax[gpu]\")")
+    return False
 
 
 def _params(q, causal, scale):

@@ -8,7 +8,6 @@ kernel for fwd+bwd that can honour the requested mask on this backend (H200, 32K
 from __future__ import annotations
 
 import functools
-import logging
 
 import jax
 
@@ -44,9 +43,13 @@ def resolve_impl(impl="auto", *, has_segment_ids=False, ring_axis="seq", cross_l
 def warn_missing_tokamax(fallback: str) -> None:
     """Once per process: without tokamax a GPU runs a slower kernel (measured: 43.8% instead of 48.3% MFU
     training Qwen3-8B at 2 x 32K tokens on an H200), which otherwise goes unnoticed."""
-    logging.getLogger(__name__).warning(
-        "tokamax is not installed: attention on this GPU falls back from the 'pallas' kernel to %r (slower). "
-        "Install the GPU extra: pip install \"longrm_jax[gpu]\"", fallback)
+    from longrm_jax.ops import slow_paths
+
+    reason = flash.tokamax_unavailable_reason() or "not installed"
+    fix = ("install the GPU extra: pip install \"longrm_jax[gpu]\"" if reason == "not installed" else
+           "repair the GPU extra: pip install --force-reinstall \"longrm_jax[gpu]\"")
+    slow_paths.report("tokamax_import", f"tokamax is {reason}: attention on this GPU falls back from the 'pallas' "
+                      f"kernel to {fallback!r} (slower)", fix)
 
 
 def local_impl(impl="auto", *, has_segment_ids=False):

@@ -76,11 +76,22 @@ def _tokamax():
 @functools.cache
 def tokamax_available() -> bool:
     """tokamax imports (it needs the ``gpu`` extra; its import pulls ``xprof``)."""
+    return tokamax_unavailable_reason() is None
+
+
+@functools.cache
+def tokamax_unavailable_reason() -> str | None:
+    """None when tokamax imports; else why not: "not installed", or the import error of an installed tokamax (a
+    broken install must not read as a missing one)."""
     try:
         _tokamax()
-    except Exception:  # noqa: BLE001 - any import failure means "not available"
-        return False
-    return True
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] == "tokamax":
+            return "not installed"
+        return f"installed, but its import fails ({type(e).__name__}: {e})"
+    except Exception as e:  # noqa: BLE001 - any import failure means "not available"; the reason is kept
+        return f"installed, but its import fails ({type(e).__name__}: {e})"
+    return None
 
 
 def segment_key_ranges(q_segment_ids, kv_segment_ids):
@@ -230,6 +241,13 @@ class CudnnKernel:
     def __init__(self):
         # The private primitives give fp32 statistics and a backward from the global out/LSE (ring blocks).
         self.supports_ring_backward = cudnn_flash.available()
+        if not cudnn_flash.available():
+            from longrm_jax.ops import slow_paths
+
+            slow_paths.report("cudnn_recompute_backward",
+                              f"JAX's private cuDNN API is unavailable ({cudnn_flash.UNAVAILABLE_REASON}), so "
+                              "impl='cudnn' differentiates by running the forward again", "use the jax version "
+                              "pyproject.toml pins, or impl='pallas' (tokamax)")
         self._with_lse = lse_vjp_kernel(self.fwd, self.bwd if cudnn_flash.available() else self._bwd_recompute)
 
     @staticmethod

@@ -189,6 +189,9 @@ class TrainConfig:
     # Persistent XLA compilation cache directory (None: off). A resumed or repeated run with the same shapes
     # reuses the compiled step programs instead of compiling them again (minutes for an 8B model at 128K).
     compilation_cache: str | None = None
+    # A slower fallback kernel or plan (ops.slow_paths: a broken tokamax import, a cuDNN too old for the packed
+    # backward, ...) stops the run instead of a warning (the train CLI's --strict-kernels sets it too).
+    strict_kernels: bool = False
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     loss: LossSection = field(default_factory=LossSection)
