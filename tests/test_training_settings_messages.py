@@ -11,7 +11,6 @@ from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
 from longrm_jax.data.tokenize import ChatTokenizer, TruncationStats
 from longrm_jax.train import main
 from longrm_jax.training.config import ConfigError, load_config
-from longrm_jax.training.data_source import missing_eval_reason
 
 TINY = ["data.batch_rows=2", "data.num_train=4", "steps=1", "eval_before=false", "eval_after=false",
         "tensorboard=false", "progress=false"]
@@ -99,7 +98,7 @@ def test_right_cut_data_reports_in_a_few_lines_without_a_false_note(tmp_path, ca
     run) and then say that synthetic data "has no held-out split"."""
     from longrm_jax.data.pipeline import NoTrainableDataError
     from longrm_jax.train import DEFAULT_CONFIG
-    from longrm_jax.training.data_source import eval_batches, load_tokenizer, train_iterator
+    from longrm_jax.training.data_source import eval_batches, load_tokenizer, missing_eval_reason, train_iterator
 
     cfg = load_config(None, ["data.truncation=right", "data.seq_len=128", "data.synthetic.lengths=[400]",
                              "data.num_train=64", "data.num_eval=32", "data.batch_rows=2", "data.worker_count=1"],
