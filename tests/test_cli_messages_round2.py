@@ -56,7 +56,8 @@ def test_format_detection_names_the_flag(tmp_path):
 def test_benchmark_row_without_tasktype_is_reported_as_such(tmp_path):
     data = tmp_path / "Math.jsonl"
     data.write_text('{"prompt_template": [{"role": "user", "content": "q"}], "candidates": ["a", "b"]}\n'
-                    '{"id": 1, "prompt_template": [{"role": "user", "content": "q"}], "chosen": "a", "rejected": "b"}\n')
+                    '{"id": 1, "prompt_template": [{"role": "user", "content": "q"}], "chosen": "a", '
+                    '"rejected": "b"}\n')
     source = RecordSource(str(data))
     with pytest.raises(DataError) as error:
         source[0]

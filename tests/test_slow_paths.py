@@ -111,7 +111,8 @@ def test_failed_memory_stats_on_an_accelerator_is_reported(caplog, monkeypatch):
         assert continuous.device_memory_bytes(jax.devices("cpu")[0]) is None  # a CPU has no limit: not a slow path
     (warning,) = _warnings(caplog)
     assert warning == ("slow path (eval_slots_fallback): gpu memory_stats() failed (RuntimeError: allocator stats "
-                       "unavailable), so continuous GRM evaluation runs 4 slots instead of as many as the memory holds. "
+                       "unavailable), so continuous GRM evaluation runs 4 slots instead of as many as the memory "
+                       "holds. "
                        "Fix: pass --device-memory-gib (the device's memory) or --batch-size")
     monkeypatch.setenv(slow_paths.STRICT_ENV, "1")
     with pytest.raises(slow_paths.SlowPathError):

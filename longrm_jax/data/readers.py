@@ -337,8 +337,8 @@ class RecordSource:
                 continue
             except ValueError as e:
                 raise DataError(self.source_name, self._where(i), None, str(e)) from None
-        raise DataError(self.source_name, "file", None, "no readable row to detect the format from; name it with --format "
-                        f"(one of {', '.join(f for f in FORMATS if f != 'auto')})")
+        raise DataError(self.source_name, "file", None, "no readable row to detect the format from; name it with "
+                        f"--format (one of {', '.join(f for f in FORMATS if f != 'auto')})")
 
     def _where(self, i: int) -> str:
         line = self.rows.line_of(i)

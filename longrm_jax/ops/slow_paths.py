@@ -35,7 +35,6 @@ class SlowPathError(RuntimeError):
 
 _lock = threading.Lock()
 _counts: dict[str, int] = {}
-_reasons: dict[str, str] = {}
 _strict: bool | None = None  # None: from the environment
 
 
@@ -58,7 +57,6 @@ def report(key: str, reason: str, fix: str) -> None:
     with _lock:
         first = key not in _counts
         _counts[key] = _counts.get(key, 0) + 1
-        _reasons.setdefault(key, reason)
     if first:
         logger.warning("%s", message)
 
@@ -83,5 +81,4 @@ def reset() -> None:
     global _strict
     with _lock:
         _counts.clear()
-        _reasons.clear()
     _strict = None

@@ -330,7 +330,8 @@ def _check_synthetic_options(options: dict) -> None:
     a TypeError deep inside the generator."""
     for key, value in options.items():
         if key not in _SYNTHETIC_OPTIONS:
-            raise ConfigError(f"data.synthetic: unknown key {key!r}; valid keys: {', '.join(sorted(_SYNTHETIC_OPTIONS))}")
+            valid = ", ".join(sorted(_SYNTHETIC_OPTIONS))
+            raise ConfigError(f"data.synthetic: unknown key {key!r}; valid keys: {valid}")
         want, ok = _SYNTHETIC_OPTIONS[key]
         if not ok(value):
             raise ConfigError(f"data.synthetic.{key} must be {want}; got {value!r}")
