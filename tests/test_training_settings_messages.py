@@ -120,3 +120,19 @@ def test_right_cut_data_reports_in_a_few_lines_without_a_false_note(tmp_path, ca
     assert reason.startswith("no held-out pairs left: every held-out pair of synthetic was dropped (identical after "
                              "truncation to data.seq_len=128, data.truncation right; see the data summary line)")
     assert "has no held-out split" in missing_eval_reason(load_config(None, ["data.source=train.jsonl"]))
+
+
+def test_a_run_shorter_than_a_pass_still_gets_the_summary_line(caplog):
+    """The totals promised at the first cut come when the iterator closes, if the first pass never ended."""
+    from longrm_jax.train import DEFAULT_CONFIG
+    from longrm_jax.training.data_source import load_tokenizer, train_iterator
+
+    cfg = load_config(None, ["data.seq_len=128", "data.synthetic.lengths=[400]", "data.num_train=512",
+                             "data.batch_rows=2", "data.worker_count=1", "data.window_groups=16"], base=DEFAULT_CONFIG)
+    iterator = train_iterator(cfg, load_tokenizer(cfg.data))
+    with caplog.at_level(logging.WARNING):
+        next(iterator)
+        iterator.close()
+    summaries = [r.getMessage() for r in caplog.records if r.getMessage().startswith("data summary, ")]
+    assert len(summaries) == 1 and " of 512 training records read: " in summaries[0], summaries
+    assert "prompts cut in the middle" in summaries[0]

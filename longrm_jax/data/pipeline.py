@@ -191,6 +191,17 @@ class _WindowPacker:
         self.skipped = 0
         self._lock = threading.Lock()
 
+    def report_partial_pass(self) -> None:
+        """The data summary line of a run that ended before its first pass did (once, if anything was cut)."""
+        with self._lock:
+            report, self.report = self.report, False
+            seen = min(self.records_seen, self.num_records)
+        if report:
+            summary = self.stats.summary_line(f"{seen} of {self.num_records} training records read",
+                                              self.cfg.truncation, max(self.cfg.resolved_buckets))
+            if summary:
+                logger.warning("%s", summary)
+
     def _skip(self, error: Exception) -> None:
         if not self.cfg.skip_bad_rows:
             raise error
@@ -219,6 +230,7 @@ class _WindowPacker:
             self.records_seen += len(window)
             self.batches_made += len(batches)
             if not self.batches_made and self.records_seen >= self.num_records:
+                self.report = False  # the error below carries the counts
                 counts = dict(self.stats.as_dict(), skipped_rows=self.skipped)
                 reasons = "counted so far: " + (", ".join(f"{k} {v}" for k, v in counts.items() if v) or "nothing")
                 raise NoTrainableDataError(
@@ -322,6 +334,7 @@ class TrainIterator:
         `__del__` from running when its modules are already torn down."""
         if self._iter is None:
             return
+        self._packer.report_partial_pass()
         self._iter.close()
         self._iter = None
         self._dataset = None

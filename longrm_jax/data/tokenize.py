@@ -142,7 +142,7 @@ class TruncationStats:
                 self.first_cut = where or "?"
         if warn:
             logger.warning("data: cutting sequences longer than their row (first: %s); one line with the totals "
-                           "follows at the end of the first pass over the data", where)
+                           "follows at the end of the first pass over the data (or of the run)", where)
 
     def as_dict(self) -> dict[str, int]:
         with self._lock:
