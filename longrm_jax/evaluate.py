@@ -272,13 +272,14 @@ def _evaluate(argv: Sequence[str]) -> int:
 def format_summary(summary: dict) -> str:
     """The console table: results rows (a group without samples prints empty), AUC and, for a generative
     judge, how many judgements held no parsable verdict."""
-    labels = list(summary["results"]) + ["AUC", "unparsable verdicts", "both-orders agreement"]
+    agreement = summary.get("both_orders") or {}
+    labels = list(summary["results"]) + ["AUC", "unparsable verdicts"]
+    labels += ["both-orders agreement"] if agreement.get("samples") else []
     width = max(len(label) for label in labels)
     lines = [f"{label:<{width}}  {'' if value is None else f'{value:.5f}'}".rstrip()
              for label, value in summary["results"].items()]
     if summary.get("auc"):
         lines.append(f"{'AUC':<{width}}  {summary['auc'].get('overall')}")
-    agreement = summary.get("both_orders") or {}
     if agreement.get("samples"):
         lines.append(f"{'both-orders agreement':<{width}}  {agreement['agreement']:.5f} of {agreement['samples']} "
                      f"samples (same best answer: {agreement['top1_agreement']:.5f})")
