@@ -273,7 +273,7 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
                 end = stops[0] if stops else len(row_tokens)
                 item = owner[row]
                 results[item] = Generation(row_tokens[:end].astype(np.int32),
-                                                 np.asarray(letters[row, :end], np.float32), bool(stops))
+                                           np.asarray(letters[row, :end], np.float32), bool(stops))
                 owner[row] = None
                 bar.update(1)
                 if on_result is not None:
@@ -305,10 +305,14 @@ def device_memory_bytes(device=None) -> int | None:
 def memory_plan(model, columns: int, memory_bytes: int) -> dict:
     """Byte budget of a slot pool of ``columns`` cache columns per slot on ``memory_bytes`` of memory
     (:func:`longrm_jax.evaluation.slot_plan.plan_slots` with the model's parameter bytes)."""
+    return plan_slots(model.config, param_bytes(model), columns, memory_bytes)
+
+
+def param_bytes(model) -> int:
+    """Bytes of every parameter of ``model`` as stored."""
     from flax import nnx
 
-    weights = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
-    return plan_slots(model.config, weights, columns, memory_bytes)
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
 def memory_slots(model, columns: int, *, memory_bytes: int | None = None) -> tuple[int, str]:

@@ -188,11 +188,11 @@ def prompt_weights(cfg, generator, model, prompts, budgets) -> list[float]:
     lengths = [len(p) for p in prompts]
     pools = generator.slot_plan(lengths)
     if pools is None:
+        logger.info("static batches: no slot plan, no time estimate (progress weighted by tokens)")
         return [float(n + b) for n, b in zip(lengths, budgets)]
-    from flax import nnx
+    from longrm_jax.evaluation.continuous import param_bytes
 
-    weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
-    estimate = estimate_run(model.config, weight_bytes, pools, lengths, budgets, jax.devices()[0].device_kind,
+    estimate = estimate_run(model.config, param_bytes(model), pools, lengths, budgets, jax.devices()[0].device_kind,
                             unrolled=bool(getattr(model.config, "unroll_cached_layers", False)))
     logger.info("%s", estimate.message())  # the slot plan itself is logged as generation starts
     if estimate.rates:
