@@ -147,7 +147,7 @@ def judge_grm_files(cfg, files: Sequence[tuple[str, list[EvalSample]]], model, t
         weights = prompt_weights(cfg, generator, model, prompts, budgets)
         generations: list = [None] * len(prompts)
         remaining = {key: len(value) for key, value in members.items()}
-        bar = tqdm(total=round(sum(weights), 3), desc=f"judging {len(todo)} samples ({len(prompts)} prompts)",
+        bar = tqdm(total=sum(weights), desc=f"judging {len(todo)} samples ({len(prompts)} prompts)",
                    unit="est-s", disable=not cfg.progress,
                    bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]{postfix}")
         finished_prompts = [0]
