@@ -59,7 +59,10 @@ def test_whole_run_queue_equals_task_by_task_and_resumes_after_a_kill(grm_and_be
         return real_generate(self, prompts, *args, **kwargs)
 
     monkeypatch.setattr(GreedyGenerator, "generate", counting_generate)
-    assert _run(model, data, tmp_path / "per_task", "--queue", "per-task") == 0
+    with caplog.at_level(logging.INFO):
+        assert _run(model, data, tmp_path / "per_task", "--queue", "per-task") == 0
+    assert caplog.text.count("7 prompts on   8 slots") == len(TASKS)  # a file's prompts: half the slots
+    caplog.clear()
     assert len(generated) == len(TASKS)
     total_prompts = sum(generated)
     reference = _outputs(tmp_path / "per_task")
@@ -72,7 +75,7 @@ def test_whole_run_queue_equals_task_by_task_and_resumes_after_a_kill(grm_and_be
     assert generated == [total_prompts]  # one queue for the whole run
     assert _outputs(tmp_path / "run") == reference
     assert not list((tmp_path / "run" / "partial").glob("*.journal.jsonl"))  # journals removed once saved
-    assert "slot plan (" in caplog.text and "no prefill/decode rate known for this device" in caplog.text
+    assert "21 prompts on  16 slots" in caplog.text and "no prefill/decode rate known for this device" in caplog.text
 
     # A run killed after 7 samples are judged (an exception where the journal writes), then resumed.
     killed = tmp_path / "killed"
