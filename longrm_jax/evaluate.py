@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="GRM: static length-bucket batches, each decoded until its last row is done, "
                              "instead of continuous batching (a finished row refilled with the next prompt; "
                              "one device only: a multi-device mesh always runs static batches)")
+    parser.add_argument("--queue", choices=("run", "per-task"), default="run",
+                        help="GRM: run: the judge prompts of every task file in one generation queue (slots fill "
+                             "with prompts of every task at each length; default); per-task: one queue per task "
+                             "file (the earlier schedule, same predictions)")
     parser.add_argument("--decode-chunk", type=int, default=16,
                         help="GRM continuous batching: decode steps per host round trip (a call returns early "
                              "when a row finishes and prompts wait) (default: %(default)s)")
@@ -121,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "bucket shapes instead of recompiling them")
     parser.add_argument("--resume", action="store_true",
                         help="reuse the predictions of task files a previous run with the same settings finished "
-                             "(saved under SAVE_PATH/partial as each task file completes)")
+                             "(saved under SAVE_PATH/partial as each task file completes), and of the GRM samples "
+                             "it finished in files it did not (journaled there as each sample completes)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate at most N samples per task file")
     parser.add_argument("--no-progress", action="store_true", help="disable progress bars")
     parser.add_argument("--strict-kernels", action="store_true",
@@ -247,7 +252,7 @@ def _evaluate(argv: Sequence[str]) -> int:
         model_path=args.model_path, data_path=args.data_path, save_path=args.save_path, is_disrm=args.is_disrm,
         tasks=args.tasks, max_new_tokens=args.max_new_tokens, both_orders=args.both_orders,
         batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, mesh=args.mesh,
-        static_batches=args.static_batches, decode_chunk=args.decode_chunk, decode_attention=args.decode_attention,
+        static_batches=args.static_batches, queue=args.queue, decode_chunk=args.decode_chunk, decode_attention=args.decode_attention,
         unroll_decode_layers=args.unroll_decode_layers,
         device_memory_gib=args.device_memory_gib, simulate_judgement_lengths=args.simulate_judgement_lengths,
         max_length=None if args.no_truncate else args.max_length, seed=args.seed, dtype=args.dtype,

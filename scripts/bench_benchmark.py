@@ -288,7 +288,10 @@ def build_report(args, results: dict, samples: int, lengths: list[int]) -> tuple
                           f"({_fmt(ours.get('decode_tokens', 0) / max(ours.get('decode_s') or 1e-9, 1e-9))} tokens/s), "
                           f"{ours.get('decode_calls', 0)} decode calls, up to {ours.get('max_slots', '?')} slots; "
                           f"generated tokens: ours {ours.get('generated_tokens', 0):,}, "
-                          f"peer {peer.get('generated_tokens', '-') if peer else '-'}"]
+                          f"peer {peer.get('generated_tokens', '-') if peer else '-'}; slot plan (bucket: slots) "
+                          f"{ours.get('slot_plan', '?')}; estimated before the run (evaluation.estimate): "
+                          f"{_fmt(ours.get('estimate_s'))} s of compile + prefill + decode, measured "
+                          f"{_fmt((ours.get('compile_s') or 0) + (ours.get('prefill_s') or 0) + (ours.get('decode_s') or 0))} s"]
         lines.append("")
     return details, lines
 

@@ -34,7 +34,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longrm_jax.evaluation.batching import PAD_POSITION, bucket_lengths, pick_bucket
+from longrm_jax.evaluation.batching import PAD_POSITION
+from longrm_jax.evaluation.slot_plan import (  # noqa: F401 - MEMORY_FRACTION, MAX_SLOTS: re-exported
+    FALLBACK_SLOTS,
+    MAX_SLOTS,
+    MEMORY_FRACTION,
+    describe_plan,
+    format_pool_plan,
+    plan_pools,
+    plan_slots,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -168,9 +177,13 @@ def _jitted(chunk: int, max_new: int, pad_id: int, donate: bool):
 
 
 def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, chunk: int, progress: bool,
-                        desc: str, budgets: Sequence[int] | None = None, timings: dict | None = None):
+                        desc: str, budgets: Sequence[int] | None = None, timings: dict | None = None,
+                        on_result=None):
     """Greedy continuations of ``prompts`` with slot refilling; ``generator`` is the calling
-    ``GreedyGenerator`` (model, ids, prefill), ``slots_for(total_columns)`` the slot count of a pool.
+    ``GreedyGenerator`` (model, ids, prefill), ``slots_for(total_columns)`` -> (slots of a pool, why), see
+    :func:`longrm_jax.evaluation.slot_plan.plan_pools`; the plan is logged once per call.
+
+    ``on_result(index, generation)``: called as each prompt finishes (the evaluator journals finished work).
 
     ``budgets``: per-prompt token budgets (each <= ``max_new_tokens``; default all ``max_new_tokens``).
     ``timings``: a dict that receives seconds and token counts per phase (``compile_s``: first calls of
@@ -197,10 +210,8 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
         raise ValueError(f"budgets must be one per prompt, each in [1, {max_new}]")
     if not prompts:
         return results
-    buckets = bucket_lengths(max(len(p) for p in prompts))
-    pools: dict[int, list[int]] = {}
-    for index in sorted(range(len(prompts)), key=lambda i: -len(prompts[i])):
-        pools.setdefault(pick_bucket(len(prompts[index]), buckets), []).append(index)
+    pools = plan_pools([len(p) for p in prompts], max_new, slots_for)
+    logger.info("%s", format_pool_plan(pools, max_new))
     clock_slots = 0
     slot_plan: dict[str, int] = {}
 
@@ -216,13 +227,11 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
         return out
 
     bar = tqdm(total=len(prompts), unit="prompt", desc=desc, disable=not progress)
-    for bucket in sorted(pools, reverse=True):
-        queue = deque(pools[bucket])
-        # Fewer prompts than slots: a power of two >= their count (bounded shapes, so few compiles per run).
-        slots = max(1, min(slots_for(bucket + max_new), 1 << (len(queue) - 1).bit_length()))
+    for pool in pools:
+        bucket, slots, queue = pool.bucket, pool.slots, deque(pool.items)
         clock_slots = max(clock_slots, slots)
         slot_plan[str(bucket)] = slots
-        logger.info("continuous batching: %d prompts of <= %d tokens on %d slots of %d cache columns",
+        logger.debug("continuous batching: %d prompts of <= %d tokens on %d slots of %d cache columns",
                     len(queue), bucket, slots, bucket + max_new)
         cache = generator.model.init_cache(slots, bucket + max_new)
         state = empty_state(slots, max_new, num_letters, pad_id)
@@ -262,10 +271,13 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
                 clock["decode_tokens"] += int(count[row]) - 1  # the first token came from the prefill
                 stops = [i for i, t in enumerate(row_tokens.tolist()) if t in stop_set]
                 end = stops[0] if stops else len(row_tokens)
-                results[owner[row]] = Generation(row_tokens[:end].astype(np.int32),
-                                                 np.asarray(letters[row, :end], np.float32), bool(stops))
+                item = owner[row]
+                results[item] = Generation(row_tokens[:end].astype(np.int32),
+                                           np.asarray(letters[row, :end], np.float32), bool(stops))
                 owner[row] = None
                 bar.update(1)
+                if on_result is not None:
+                    on_result(item, results[item])
                 if queue:
                     cache, state = fill(row, cache, state)
             # Finished rows with nothing left to admit stay inactive (their writes are never read).
@@ -278,11 +290,6 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
         timings["max_slots"] = max(timings.get("max_slots", 0), clock_slots)
         timings["slot_plan"] = {**timings.get("slot_plan", {}), **slot_plan}  # bucket -> slots
     return results
-
-
-MEMORY_FRACTION = 0.9  # of the device's limit: XLA's own workspace and fragmentation take the rest
-FALLBACK_SLOTS = 4  # when neither the device nor the caller states a memory size (e.g. the CPU backend)
-MAX_SLOTS = 256
 
 
 def device_memory_bytes(device=None) -> int | None:
@@ -302,41 +309,30 @@ def device_memory_bytes(device=None) -> int | None:
 
 
 def memory_plan(model, columns: int, memory_bytes: int) -> dict:
-    """Byte budget of a slot pool of ``columns`` cache columns per slot on ``memory_bytes`` of memory.
+    """Byte budget of a slot pool of ``columns`` cache columns per slot on ``memory_bytes`` of memory
+    (:func:`longrm_jax.evaluation.slot_plan.plan_slots` with the model's parameter bytes)."""
+    return plan_slots(model.config, param_bytes(model), columns, memory_bytes)
 
-    weights (every parameter as stored) + prefill (one prompt of ``columns`` tokens at most: its own cache
-    plus the layer activations it keeps live, ~ (4 hidden + 3 intermediate + q/k/v width) values per token)
-    + admission (a rewritten row: twice one slot's cache) + per slot (its cache columns, the position and
-    segment ids, and the fp32 logits of a step) -> ``slots``.
-    """
+
+def param_bytes(model) -> int:
+    """Bytes of every parameter of ``model`` as stored."""
     from flax import nnx
 
-    cfg = model.config
-    item = np.dtype(cfg.compute_dtype).itemsize
-    weights = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
-    per_column = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * item + 8
-    width = 4 * cfg.hidden_size + 3 * cfg.intermediate_size + (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
-    prefill = columns * (per_column + width * item)
-    admission = 2 * columns * per_column
-    per_slot = columns * per_column + 3 * 4 * cfg.vocab_size
-    free = int(MEMORY_FRACTION * memory_bytes) - weights - prefill - admission
-    slots = int(max(1, min(MAX_SLOTS, free // per_slot)))
-    return dict(memory_bytes=int(memory_bytes), weights=int(weights), prefill=int(prefill),
-                admission=int(admission), per_slot=int(per_slot), slots=slots, fits=free >= per_slot)
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+def memory_slots(model, columns: int, *, memory_bytes: int | None = None) -> tuple[int, str]:
+    """(slots of ``columns`` cache columns that fit next to the weights, why). ``memory_bytes`` overrides the
+    device's ``bytes_limit``; with neither, ``FALLBACK_SLOTS``."""
+    limit = memory_bytes or device_memory_bytes()
+    if not limit:
+        return FALLBACK_SLOTS, "device reports no memory limit (pass --device-memory-gib): the fallback"
+    plan = memory_plan(model, columns, limit)
+    return plan["slots"], describe_plan(plan)
 
 
 def slots_from_memory(model, columns: int, *, memory_bytes: int | None = None) -> int:
-    """Slots of ``columns`` cache columns that fit next to the weights (see :func:`memory_plan`); logged.
-
-    ``memory_bytes`` overrides the device's ``bytes_limit``; with neither, ``FALLBACK_SLOTS``."""
-    limit = memory_bytes or device_memory_bytes()
-    if not limit:
-        logger.info("device reports no memory limit (pass --device-memory-gib): %d slots", FALLBACK_SLOTS)
-        return FALLBACK_SLOTS
-    plan = memory_plan(model, columns, limit)
-    gib = 1 << 30
-    logger.info("GRM slots from memory: %.1f GiB x %.2f - weights %.2f GiB - prefill %.2f GiB - admission %.2f GiB"
-                " -> %d slots of %.3f GiB (%d cache columns)%s", plan["memory_bytes"] / gib, MEMORY_FRACTION,
-                plan["weights"] / gib, plan["prefill"] / gib, plan["admission"] / gib, plan["slots"],
-                plan["per_slot"] / gib, columns, "" if plan["fits"] else " (does not fit: trying one slot)")
-    return plan["slots"]
+    """Slots of ``columns`` cache columns that fit next to the weights (see :func:`memory_slots`); logged."""
+    slots, why = memory_slots(model, columns, memory_bytes=memory_bytes)
+    logger.info("GRM slots from memory (%d cache columns): %s", columns, why)
+    return slots

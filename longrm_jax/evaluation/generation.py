@@ -197,25 +197,39 @@ class GreedyGenerator:
             last = np.argsort(perm)[last]
         return ids, positions, last.astype(np.int32)
 
+    def _slots_for(self, columns: int) -> tuple[int, str]:
+        """(slots of a continuous-batching pool of ``columns`` cache columns, why)."""
+        if self.batch_size:
+            return self.batch_size, f"--batch-size {self.batch_size}"
+        from longrm_jax.evaluation.continuous import memory_slots
+
+        return memory_slots(self.model, columns, memory_bytes=self.memory_bytes)
+
+    def slot_plan(self, lengths: Sequence[int]):
+        """The continuous-batching pools that :meth:`generate` would run for prompts of ``lengths``
+        (:class:`longrm_jax.evaluation.slot_plan.Pool`, longest bucket first); None for static batches."""
+        if not self.continuous:
+            return None
+        from longrm_jax.evaluation.slot_plan import plan_pools
+
+        return plan_pools(lengths, self.max_new_tokens, self._slots_for)
+
     def generate(self, prompts: Sequence[np.ndarray], progress: bool = True, desc: str = "GRM generation",
-                 budgets: Sequence[int] | None = None) -> list[Generation]:
+                 budgets: Sequence[int] | None = None, on_result=None) -> list[Generation]:
         """Greedy continuations of ``prompts`` (int32 id arrays), in the given order.
 
         ``budgets``: per-prompt token budgets (<= ``max_new_tokens``; continuous batching only), e.g. the
-        benchmark's simulated judgement lengths. This call's phase timings: ``self.timings``."""
+        benchmark's simulated judgement lengths. ``on_result(index, generation)``: called as each prompt
+        finishes (in completion order). This call's phase timings: ``self.timings``."""
         from tqdm.auto import tqdm
 
         self.timings = {}  # this call's phases (the runner adds up calls)
         if self.continuous:
-            from longrm_jax.evaluation.continuous import continuous_generate, slots_from_memory
+            from longrm_jax.evaluation.continuous import continuous_generate
 
-            def slots_for(columns: int) -> int:
-                if self.batch_size:
-                    return self.batch_size
-                return slots_from_memory(self.model, columns, memory_bytes=self.memory_bytes)
-
-            return continuous_generate(self, prompts, slots_for=slots_for, chunk=self.decode_chunk,
-                                       progress=progress, desc=desc, budgets=budgets, timings=self.timings)
+            return continuous_generate(self, prompts, slots_for=self._slots_for, chunk=self.decode_chunk,
+                                       progress=progress, desc=desc, budgets=budgets, timings=self.timings,
+                                       on_result=on_result)
         if budgets is not None:
             raise ValueError("per-prompt budgets need continuous batching (one device, no --static-batches)")
 
@@ -246,6 +260,8 @@ class GreedyGenerator:
                 stops = [i for i, t in enumerate(row_tokens.tolist()) if t in stop_set]
                 end = stops[0] if stops else len(row_tokens)
                 results[item] = Generation(row_tokens[:end].astype(np.int32), letters[row, :end], bool(stops))
+                if on_result is not None:
+                    on_result(item, results[item])
             bar.update(len(batch.items))
         bar.close()
         return results  # type: ignore[return-value]

@@ -8,7 +8,9 @@ Outputs under ``save_path``:
   agreement, per-length accuracy, the long-form needle table and the run's settings.
 * ``predictions.jsonl``: one line per sample (fields in :mod:`longrm_jax.evaluation.judging`).
 * ``accuracy_by_length.png``; ``needle_heatmap.png`` when long-form records carry needle positions.
-* ``partial/{Task}.jsonl``: each task file's predictions as soon as it is done (``--resume`` reuses them).
+* ``partial/{Task}.jsonl``: each task file's predictions as soon as it is done (``--resume`` reuses them);
+  ``partial/{Task}.journal.jsonl`` while a GRM task file is under way: its finished samples
+  (:mod:`longrm_jax.evaluation.grm_queue`; ``--resume`` reuses them too).
 * ``{Task}.jsonl`` per Long-RewardBench task, in upstream's own results format (``output``,
   ``shuffled_order``...), so upstream's ``evaluate()`` can re-score our generations.
 """
@@ -30,12 +32,10 @@ from longrm_jax.evaluation.encoding import (
     UPSTREAM_MAX_LENGTH,
     ModelDirError,
     disrm_sequences_batch,
-    grm_prompt_ids,
     load_chat_tokenizers,
-    verdict_letter_token_ids,
 )
-from longrm_jax.evaluation.grm_generation import add_timings, make_generator, simulated_budgets
-from longrm_jax.evaluation.judging import disrm_prediction, grm_prediction, judged_orders
+from longrm_jax.evaluation.grm_generation import add_timings
+from longrm_jax.evaluation.judging import disrm_prediction, judged_orders
 from longrm_jax.evaluation.samples import (
     DEFAULT_SEED,
     LONG_FORM,
@@ -71,6 +71,7 @@ class EvalConfig:
     unroll_decode_layers: str = "auto"  # GRM, decode kernel: unrolled layer loop (auto: see unroll_decode_layers)
     device_memory_gib: float | None = None  # GRM: memory to size the slot pool by (default: the device's)
     simulate_judgement_lengths: bool = False  # benchmarks: per-prompt budgets (evaluation.simulated_lengths)
+    queue: str = "run"  # GRM: one generation queue for the run's task files ("run") or one per file ("per-task")
     mesh: dict[str, int] | None = None
     max_length: int | None = UPSTREAM_MAX_LENGTH  # None: no truncation
     seed: int = DEFAULT_SEED
@@ -234,28 +235,14 @@ def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh
     return predictions
 
 
-def run_grm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh) -> list[dict]:
-    prompts, owners, cuts = [], [], []
-    for s_index, sample in enumerate(_progress(samples, cfg, "building judge prompts")):
-        for order in judged_orders(sample, cfg.both_orders):
-            ids, cut = grm_prompt_ids(sample, tokenizer, order, cfg.max_length)
-            prompts.append(ids)
-            owners.append((s_index, order))
-            cuts.append(cut)
-    letter_ids = verdict_letter_token_ids(tokenizer, max(len(s.answers) for s in samples))
-    generator = make_generator(cfg, model, tokenizer, mesh, letter_ids)
-    generations = generator.generate(prompts, progress=cfg.progress, budgets=simulated_budgets(cfg, prompts))
-    add_timings(cfg, generator.timings)
-    grouped: dict[int, list[int]] = {}
-    for p_index, (s_index, _) in enumerate(owners):
-        grouped.setdefault(s_index, []).append(p_index)
-    predictions = []
-    for s_index, sample in enumerate(samples):
-        members = grouped[s_index]
-        predictions.append(grm_prediction(
-            sample, [owners[i][1] for i in members], [generations[i] for i in members], tokenizer.hf,
-            letter_ids, [len(prompts[i]) for i in members], [cuts[i] for i in members]))
-    return predictions
+def run_grm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh, partial=None) -> list[dict]:
+    """Judgements of one task file's ``samples`` (the ``--queue per-task`` schedule); ``partial``
+    (:class:`PartialResults`) journals finished samples (default: under the run's save path)."""
+    from longrm_jax.evaluation.grm_queue import judge_grm_files
+
+    partial = partial or PartialResults(os.path.join(cfg.resolved_save_path(), "partial"), result_settings(cfg))
+    path = samples[0].file
+    return judge_grm_files(cfg, [(path, samples)], model, tokenizer, mesh, partial)[path]
 
 
 def summarize(predictions: list[dict], tasks: Sequence[str]) -> dict:
@@ -430,6 +417,8 @@ def run_evaluation(cfg: EvalConfig) -> dict:
                              "(per-task result files would overwrite the task files)")
     if cfg.longform_protocol not in ("pointwise", "joint"):
         raise BenchDataError(f"longform protocol must be pointwise or joint, got {cfg.longform_protocol!r}")
+    if cfg.queue not in ("run", "per-task"):
+        raise BenchDataError(f"queue must be run or per-task, got {cfg.queue!r}")
     check_model_kind(cfg)
     if cfg.dtype == "auto":
         cfg.dtype = resolve_dtype(cfg)
@@ -440,28 +429,40 @@ def run_evaluation(cfg: EvalConfig) -> dict:
     logger.info("%d samples from %s", len(samples), cfg.data_path)
     partial = PartialResults(os.path.join(cfg.resolved_save_path(), "partial"), result_settings(cfg))
     mesh = model = None
-    predictions = []
+    by_file: dict[str, list[dict]] = {}
+    queued = []  # GRM task files judged together (evaluation.grm_queue)
     for path, group in _by_file(samples):
         done = partial.load(path, group) if cfg.resume else None
         if done is not None:
             logger.info("%s: reusing %d predictions from %s", path, len(done), partial.directory)
-            predictions += done
+            by_file[path] = done
             continue
         if model is None:  # loaded only when some task file still needs the model
             begin = time.time()
             mesh = build_mesh(cfg.mesh)
             model = load_model(cfg, mesh, samples=len(samples))
             add_timings(cfg, {"load_s": time.time() - begin})
+        pointwise = group[0].benchmark == LONG_FORM and cfg.longform_protocol == "pointwise"
+        if not cfg.is_disrm and not pointwise and cfg.queue == "run":
+            queued.append((path, group))
+            continue
         begin = time.time()
         if cfg.is_disrm:
             done = run_disrm(cfg, group, model, disrm_tokenizer, mesh, run_samples=len(samples))
-        elif group[0].benchmark == LONG_FORM and cfg.longform_protocol == "pointwise":
+        elif pointwise:
             done = longform.run_pointwise_grm(cfg, group, model, grm_tokenizer, mesh)
         else:
-            done = run_grm(cfg, group, model, grm_tokenizer, mesh)
+            done = run_grm(cfg, group, model, grm_tokenizer, mesh, partial)
         add_timings(cfg, {"judging_s": time.time() - begin})
         partial.save(path, done)
-        predictions += done
+        by_file[path] = done
+    if queued:
+        from longrm_jax.evaluation.grm_queue import judge_grm_files
+
+        begin = time.time()
+        by_file.update(judge_grm_files(cfg, queued, model, grm_tokenizer, mesh, partial))
+        add_timings(cfg, {"judging_s": time.time() - begin})
+    predictions = [p for path, _ in _by_file(samples) for p in by_file[path]]
     # results.csv lists the evaluated tasks in evaluation order (upstream: its task list, default all 7).
     begin = time.time()
     tasks = list(dict.fromkeys(s.task for s in samples if s.benchmark != LONG_FORM))

@@ -1,0 +1,114 @@
+"""How long a GRM evaluation will take, said before it starts, and each prompt's share of that time (the
+weights of the run's progress bar).
+
+The rule (docs/perf_eval.md, "Run estimate"):
+
+* prefill of a prompt: its bucket's forward FLOPs (``2 N S + 2 L H d S^2``: matmuls and causal attention) at
+  ``PREFILL_MFU`` of the device's dense bf16 peak;
+* decode of a pool of ``slots`` rows: each step reads the weights once and every slot's filled cache (the
+  decode kernel reads only filled columns; mean prompt length + half the mean budget), at
+  ``DECODE_EFFICIENCY`` of the device's memory bandwidth, and yields ``slots`` tokens. A prompt costs its
+  budget x (step time / slots). Every judgement is counted at its budget (``--max-new-tokens``, or the
+  simulated lengths), so the estimate is an upper bound where judges stop early;
+* compiles: ``COMPILE_S_PER_POOL`` per length bucket (its prefill, admission and decode programs), plus
+  ``UNROLL_COMPILE_S`` when the decode layer loop is unrolled.
+
+The efficiencies were measured on one H200 (Qwen3-8B shapes, bf16, docs/benchmarks.md, session 9): decode at
+32K, batch 1, 172.7 tokens/s of a 239.9 bound (72%; batch 16: 83%), prefill at 32K 26,155 tokens/s (~62% of
+989 TFLOP/s). Other devices in :data:`DEVICES` get the same efficiencies on their own bandwidth and peak, said
+so in the estimate; a device not in the table (the CPU, TPUs, other GPUs) gets no estimate, only the plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+from longrm_jax.evaluation.slot_plan import Pool, kv_bytes_per_column
+from longrm_jax.models.config import decoder_matmul_params
+
+DECODE_EFFICIENCY = 0.72
+PREFILL_MFU = 0.62
+COMPILE_S_PER_POOL = 4.0  # GRM race, H200: 19.3 s of first calls for five buckets (docs/perf_eval.md)
+UNROLL_COMPILE_S = 8.0  # the unrolled decode program's extra compile (docs/perf_eval.md, session 9)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceRates:
+    """A device kind's memory bandwidth (bytes/s) and dense bf16 peak (FLOP/s), and where the efficiencies
+    applied to them come from."""
+
+    name: str
+    bandwidth: float
+    peak_flops: float
+    source: str
+
+
+# Matched by substring of ``jax.Device.device_kind`` (e.g. "NVIDIA H100 80GB HBM3"); spec sheet figures (SXM),
+# the peak as training.telemetry.PEAK_FLOPS and docs/flops.md.
+DEVICES = (
+    DeviceRates("H200", 4.8e12, 989e12, "efficiencies measured on an H200"),
+    DeviceRates("H100", 3.35e12, 989e12, "H200-measured efficiencies on an H100's bandwidth and peak "
+                                         "(not yet measured on an H100)"),
+)
+
+
+def device_rates(device_kind: str) -> DeviceRates | None:
+    return next((d for d in DEVICES if d.name in device_kind), None)
+
+
+def prefill_flops(config, tokens: int) -> float:
+    """Forward FLOPs of one prompt of ``tokens`` tokens: matmuls plus causal attention (scores and values)."""
+    attention = 2.0 * config.num_layers * config.num_heads * config.head_dim * tokens * tokens
+    return 2.0 * decoder_matmul_params(config) * tokens + attention
+
+
+@dataclasses.dataclass
+class RunEstimate:
+    """Seconds of a run by phase, each prompt's share (``prompt_seconds``, by prompt index) and the device's
+    rates (None: no rate known, the seconds are priced at H200 rates only to weight the progress bar)."""
+
+    prefill_s: float
+    decode_s: float
+    compile_s: float
+    prompt_seconds: list[float]
+    rates: DeviceRates | None
+    device_kind: str
+
+    @property
+    def total_s(self) -> float:
+        return self.prefill_s + self.decode_s + self.compile_s
+
+    def message(self) -> str:
+        if self.rates is None:
+            return (f"no prefill/decode rate known for this device ({self.device_kind}): no time estimate "
+                    "(docs/perf_eval.md, 'Run estimate', lists the devices that have one)")
+        return (f"estimate: at most about {max(1, math.ceil(self.total_s / 60))} minutes on this device "
+                f"({self.device_kind}): prefill {self.prefill_s / 60:.1f} min, decode {self.decode_s / 60:.1f} "
+                f"min, compiles {self.compile_s / 60:.1f} min, every judgement at its token budget; "
+                f"{self.rates.source}")
+
+
+def estimate_run(config, weight_bytes: int, pools: Sequence[Pool], lengths: Sequence[int],
+                 budgets: Sequence[int], device_kind: str, *, unrolled: bool = False) -> RunEstimate:
+    """The estimate of generating ``budgets[i]`` tokens after prompts of ``lengths[i]`` tokens with the slot
+    ``pools`` of the run (:func:`longrm_jax.evaluation.slot_plan.plan_pools`)."""
+    rates = device_rates(device_kind)
+    priced = rates or DEVICES[0]
+    per_column = kv_bytes_per_column(config)
+    prompt_seconds = [0.0] * len(lengths)
+    prefill = decode = 0.0
+    for pool in pools:
+        prefill_one = prefill_flops(config, pool.bucket) / (priced.peak_flops * PREFILL_MFU)
+        mean_length = sum(lengths[i] for i in pool.items) / len(pool.items)
+        mean_budget = sum(budgets[i] for i in pool.items) / len(pool.items)
+        busy = min(pool.slots, len(pool.items))
+        step = (weight_bytes + busy * per_column * (mean_length + mean_budget / 2)) / (
+            priced.bandwidth * DECODE_EFFICIENCY)
+        for i in pool.items:
+            prompt_seconds[i] = prefill_one + budgets[i] * step / busy
+            prefill += prefill_one
+            decode += budgets[i] * step / busy
+    compile_s = len(pools) * (COMPILE_S_PER_POOL + (UNROLL_COMPILE_S if unrolled else 0.0))
+    return RunEstimate(prefill, decode, compile_s, prompt_seconds, rates, device_kind)
