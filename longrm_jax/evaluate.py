@@ -244,8 +244,8 @@ def _evaluate(argv: Sequence[str]) -> int:
     if args.compilation_cache:
         import jax
 
+        # JAX's threshold applies (1 s; JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS), as in train.py.
         jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     from longrm_jax.evaluation.runner import USER_ERRORS, EvalConfig, run_evaluation
 
     cfg = EvalConfig(

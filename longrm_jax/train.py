@@ -96,8 +96,9 @@ def _train(argv: list[str]) -> int:
     if cfg.compilation_cache:
         import jax
 
+        # Programs that compile in under JAX's threshold (1 s by default) are not stored; the environment variable
+        # JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS changes it (the tests store everything with 0).
         jax.config.update("jax_compilation_cache_dir", os.path.expanduser(cfg.compilation_cache))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     from longrm_jax.data.pipeline import NoTrainableDataError
     from longrm_jax.training.loop import DegenerateDataError, NonFiniteLossError, run
     from longrm_jax.training.run_lock import RunDirLockedError

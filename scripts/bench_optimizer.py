@@ -83,7 +83,7 @@ def main(argv=None):
             if not guard:
                 return new_params, new_opt
             # As training.steps: a non-finite gradient leaves parameters and moments unchanged.
-            ok = jnp.isfinite(optax.global_norm(grads))
+            ok = jnp.isfinite(optax.tree.norm(grads))
             return jax.tree.map(lambda a, b: jnp.where(ok, a, b), (new_params, new_opt), (params, opt_state))
 
         state = [params, tx.init(params)]

@@ -47,7 +47,7 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=sorted(MODELS), required=True)
     p.add_argument("--length", type=int, default=32768, help="tokens per sequence L (pair = 2 L)")
-    p.add_argument("--steps", type=int, default=None, help="training steps; the kill comes once step 1's checkpoint "
+    p.add_argument("--steps", type=int, default=None, help="training steps; the kill comes once the first checkpoint "
                    "is complete, so later steps must still be running then (default 2; 40 with --smoke, where a "
                    "step takes milliseconds)")
     p.add_argument("--work", default=None, help="working directory (default: a fresh one under /tmp); the "
@@ -106,9 +106,15 @@ def _env(smoke: bool, training: bool) -> dict:
     return env
 
 
-def _checkpoint_done(ckpt_dir: str, step: int) -> bool:
-    """A finalised orbax step directory (orbax renames its temporary directory when the save completes)."""
-    return os.path.isdir(os.path.join(ckpt_dir, str(step), "state"))
+def _checkpoint_done(ckpt_dir: str) -> bool:
+    """Some step's checkpoint is complete: a finalised orbax step directory (orbax renames its temporary
+    directory when the save completes). Any step, not step 1: with `checkpoint.keep=1` step 1's directory is
+    deleted once step 2 is saved, so a poll that looked for it alone could miss it on a loaded machine."""
+    try:
+        names = os.listdir(ckpt_dir)
+    except FileNotFoundError:
+        return False
+    return any(n.isdigit() and os.path.isdir(os.path.join(ckpt_dir, n, "state")) for n in names)
 
 
 def _cli(args_list: list[str]) -> list[str]:
@@ -226,10 +232,10 @@ def main(argv=None) -> int:
         peaks = [p for p in peaks if p is not None]
         return max(peaks) if peaks else None
 
-    phases.run("train", _cli(train), env=_env(args.smoke, True), kill_when=lambda: _checkpoint_done(ckpt_dir, 1),
+    phases.run("train", _cli(train), env=_env(args.smoke, True), kill_when=lambda: _checkpoint_done(ckpt_dir),
                peak_from=train_peak, log_dir=work)
     if not phases.rows[-1]["killed"]:
-        raise SystemExit("training finished before its step-1 checkpoint was complete, so the kill and resume were "
+        raise SystemExit("training finished before its first checkpoint was complete, so the kill and resume were "
                          "not exercised: give more --steps")
     phases.run("resume", _cli(train + ["--resume"]), env=_env(args.smoke, True), peak_from=train_peak, log_dir=work)
     with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
@@ -252,7 +258,7 @@ def main(argv=None) -> int:
     table = ["| phase | wall s | peak GiB | note |", "|---|---|---|---|"]
     for r in phases.rows:
         peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.1f}"
-        note = "SIGKILL after the step-1 checkpoint" if r["killed"] else ""
+        note = "SIGKILL after the first checkpoint" if r["killed"] else ""
         table.append(f"| {r['phase']} | {r['wall_s']:.1f} | {peak} | {note} |")
     total = sum(r["wall_s"] for r in phases.rows)
     table.append(f"| total | {total:.1f} | | |")

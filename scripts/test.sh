@@ -3,6 +3,8 @@
 # torch, transformers 5.x, tokamax), put transformers 4.57 in a side folder for tests/test_hf_transformers4.py,
 # and run the whole suite (`python -m pytest -n 2 tests`). Extra arguments replace `-n 2 tests`, e.g.
 # `bash scripts/test.sh tests/test_training_config.py -x`. Safe to run again. This is what CI runs.
+# --strict-skips: every dependency of the suite is installed here, so a skip whose reason is not in
+# tests/allowed_skips.txt fails the run (tests/skip_policy.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
@@ -22,4 +24,4 @@ fi
 
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(-n 2 tests)
-exec "$VENV/bin/python" -m pytest "${args[@]}"
+exec "$VENV/bin/python" -m pytest --strict-skips "${args[@]}"

@@ -12,8 +12,11 @@ the empty think block `<think>\\n\\n</think>\\n\\n` at the start of the last ass
 from __future__ import annotations
 
 import base64
+import fcntl
 import importlib.util
 import os
+import shutil
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHAT_TEMPLATE_FILE = os.path.join(HERE, "assets", "qwen3_chat_template.jinja")
@@ -99,3 +102,28 @@ def build(out_dir: str) -> str:
     hf.chat_template = template
     hf.save_pretrained(out_dir)
     return out_dir
+
+
+def cached(cache_root: str, build_fn=build) -> str:
+    """The tokenizer directory `cache_root/tokenizer`, built once for every test process that shares `cache_root`
+    (pytest's cache: xdist workers and later runs) and returned only when complete.
+
+    One process builds at a time (a lock file); the build goes to a private temporary directory renamed into
+    place when done. A rename is atomic, so the directory either does not exist or holds every file: a process
+    that waited for the lock, or a later run, finds it complete, and a build killed midway leaves nothing that
+    looks ready (the next one starts over).
+    """
+    final = os.path.join(cache_root, "tokenizer")
+    if os.path.isdir(final):
+        return final
+    os.makedirs(cache_root, exist_ok=True)
+    with open(os.path.join(cache_root, "build.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        if not os.path.isdir(final):  # nobody finished it while we waited
+            tmp = tempfile.mkdtemp(prefix=".building-", dir=cache_root)
+            try:
+                build_fn(tmp)
+                os.rename(tmp, final)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)  # a failed build's leftovers (gone after the rename)
+    return final

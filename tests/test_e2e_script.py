@@ -12,6 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # its chain's own limit below (pyproject's default is 600 s)
 def test_e2e_smoke_chain(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)
@@ -24,3 +25,15 @@ def test_e2e_smoke_chain(tmp_path):
     assert (tmp_path / "work" / "eval" / "results.csv").exists()
     assert (tmp_path / "scratch" / "work" / "hf_trained" / "config.json").exists()  # HF checkpoints on --scratch
     assert "| total |" in proc.stdout
+
+
+def test_the_kill_waits_for_a_complete_checkpoint_of_any_step(tmp_path):
+    """The poll must not depend on seeing step 1: with keep=1 its directory goes once step 2 is saved."""
+    import e2e_gpu
+
+    ckpt = tmp_path / "checkpoints"
+    assert not e2e_gpu._checkpoint_done(str(ckpt))  # training has not made the directory yet
+    (ckpt / "1.orbax-checkpoint-tmp-0" / "state").mkdir(parents=True)
+    assert not e2e_gpu._checkpoint_done(str(ckpt))  # a save in progress is not a checkpoint
+    (ckpt / "2" / "state").mkdir(parents=True)  # step 1 already deleted (keep=1), step 2 complete
+    assert e2e_gpu._checkpoint_done(str(ckpt))

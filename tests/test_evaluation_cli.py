@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
+import torch  # noqa: F401 - the test extra installs it: a broken install fails the run, never skips
 
 from longrm_jax import evaluate  # noqa: E402
 from longrm_jax.data.synthetic import write_long_rewardbench  # noqa: E402

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
+import torch  # noqa: F401 - the test extra installs it: a broken install fails the run, never skips
 
 from longrm_jax import load_pretrained  # noqa: E402
 from longrm_jax.evaluation.generation import GreedyGenerator  # noqa: E402

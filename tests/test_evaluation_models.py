@@ -5,7 +5,7 @@ import shutil
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # the test extra installs it: a broken install fails the run, never skips
 
 from longrm_jax import load_pretrained  # noqa: E402
 from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR  # noqa: E402

@@ -75,7 +75,7 @@ def test_cudnn_ring_backward_needs_the_private_api(monkeypatch):
 
 @pytest.fixture(scope="module")
 def stand_in():
-    pytest.importorskip("tokamax")
+    ops.flash._tokamax()  # as the library imports it (xprof stand-in included): never a skip, in any test order
     from longrm_jax.ops.flash import TokamaxKernel
 
     return TokamaxKernel("xla")

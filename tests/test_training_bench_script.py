@@ -8,12 +8,14 @@ import sys
 
 import pytest
 
+from conftest import xla_flags_with_devices
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(args, timeout=600):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    env.pop("XLA_FLAGS", None)  # the script sets its own fake device count
+    # The script sets its own fake device count; conftest's collective timeouts stay.
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags_with_devices(None)}
     proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=ROOT,
                           timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -49,7 +49,11 @@ def test_the_default_run_is_package_data_with_one_copy():
 
 
 def test_compilation_cache_is_written_and_reused(tmp_path):
-    """`compilation_cache: DIR` stores the compiled step programs; a second run of the same shapes finds them."""
+    """`compilation_cache: DIR` stores the compiled step programs; a second run of the same shapes finds them.
+
+    JAX stores only programs that compiled in more than its threshold (1 s by default), and a program near it
+    lands on either side from one run to the next on a loaded machine. With the threshold at 0 every program is
+    stored, so the second run must find every one of them: nothing in the outcome depends on timing."""
     import os
     import subprocess
     import sys
@@ -61,7 +65,7 @@ def test_compilation_cache_is_written_and_reused(tmp_path):
             "--set", "eval_before=false", "--set", "eval_after=false", "--set", "tensorboard=false",
             "--set", "progress=false", "--set", "checkpoint.every=0", "--set", "checkpoint.at_end=false",
             "--set", "mesh.fsdp=1", "--set", f"compilation_cache={cache}"]
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
     for run in (1, 2):
         proc = subprocess.run(args + ["--set", f"output_dir={tmp_path / f'run{run}'}"], env=env, capture_output=True,
                               text=True, timeout=300)

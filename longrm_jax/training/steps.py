@@ -213,7 +213,7 @@ def make_train_step(cfg: TrainConfig, codec: ParamCodec, tx, spec: StageSpec, sc
 
     def update(state: TrainState, grads, aux: dict):
         norm = aux["count"]
-        grad_norm = optax.global_norm(grads)
+        grad_norm = optax.tree.norm(grads)  # what optax.global_norm (deprecated) computes
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         # The loss as optimised (its reduction); the other metrics are means over the batch's items.
