@@ -32,7 +32,24 @@ log = logging.getLogger(__name__)
 
 # model.remat: auto tries these, fastest first, and takes the first that fits. The offloading policies come
 # last: they move saved activations over PCIe every step, so they are taken only when nothing on the device fits.
-AUTO_REMAT_ORDER = ("none", "save_attention_out", "full", "offload_layer_inputs_and_attention", "offload_layer_inputs")
+# "<policy>+tiled_mlp": the policy with the sequence-tiled MLP (model.mlp_chunk_tokens = AUTO_MLP_CHUNK_TOKENS):
+# a layer's [tokens, intermediate] buffers shrink to [chunk, intermediate] for a little re-laying-out of the
+# layer's MLP input and output, cheaper than moving activations over PCIe, so ``full`` tiled comes before the
+# offloading policies and the tiled offloading policy last.
+TILED_MLP = "+tiled_mlp"
+AUTO_REMAT_ORDER = ("none", "save_attention_out", "full", "full" + TILED_MLP, "offload_layer_inputs_and_attention",
+                    "offload_layer_inputs", "offload_layer_inputs" + TILED_MLP)
+# Tokens per MLP chunk that auto uses: the chunk's matmuls ([8192, D] x [D, F]) still fill a Hopper GPU, and its
+# intermediates are 0.2 GiB each at F = 14336 in bf16.
+AUTO_MLP_CHUNK_TOKENS = 8192
+
+
+def parse_candidate(candidate: str, mlp_chunk_tokens: int) -> tuple[str, int]:
+    """(remat policy, mlp_chunk_tokens) of an auto candidate; ``mlp_chunk_tokens``: the configured value (a
+    configured tiling applies to every candidate)."""
+    if candidate.endswith(TILED_MLP):
+        return candidate[: -len(TILED_MLP)], mlp_chunk_tokens or AUTO_MLP_CHUNK_TOKENS
+    return candidate, mlp_chunk_tokens
 # Share of the host's RAM that pinned activation buffers may take when no host budget is configured: the rest is
 # for the process itself (data pipeline, checkpoint I/O, the Python heap).
 HOST_RAM_SHARE = 0.75
@@ -144,6 +161,7 @@ def peak_device_gib(mesh) -> float | None:
 
 REDUCE_HINTS = (
     "model.remat=full (or auto: the fastest policy that fits)",
+    "model.mlp_chunk_tokens=8192 (the sequence-tiled MLP)",
     "a shorter data.seq_len, or fewer data.batch_rows per micro step (grad_accum keeps the step's batch)",
     "mesh.seq > 1 (sequence parallel: ring attention splits the activations over devices)",
     "more devices on mesh.fsdp (weights, gradients and optimizer state are sharded over them)",
@@ -203,13 +221,15 @@ class StepPlan:
     step: object  # the compiled JittedTrainStep
     programs: list
     tried: list
+    mlp_chunk_tokens: int = 0
 
     def write(self, path: str) -> None:
         """The plan as JSON (``<output_dir>/memory_plan.json``): chosen remat, candidates tried, per program."""
         import json
 
         with open(path, "w", encoding="utf-8") as f:
-            json.dump({"device": jax.devices()[0].device_kind, "remat": self.remat, "tried": self.tried,
+            json.dump({"device": jax.devices()[0].device_kind, "remat": self.remat,
+                       "mlp_chunk_tokens": self.mlp_chunk_tokens, "tried": self.tried,
                        "predicted_peak_gib": predicted_peak(self.programs) / GiB,
                        "predicted_host_gib": predicted_host(self.programs) / GiB,
                        "programs": [dict(vars(p), peak=p.peak) for p in self.programs]}, f, indent=1)
@@ -218,7 +238,8 @@ class StepPlan:
         mem = ", ".join(f"{p.name} {p.peak / GiB:.1f}" for p in self.programs)
         pinned = predicted_host(self.programs)
         host = f"; pinned host memory {pinned / GiB:.1f} GiB per device (offloaded activations)" if pinned else ""
-        return f"model.remat={self.remat}; predicted device memory (GiB): {mem or 'not reported'}{host}"
+        tiled = f", model.mlp_chunk_tokens={self.mlp_chunk_tokens}" if self.mlp_chunk_tokens else ""
+        return f"model.remat={self.remat}{tiled}; predicted device memory (GiB): {mem or 'not reported'}{host}"
 
 
 def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key) -> StepPlan:
@@ -233,8 +254,9 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key) -> StepPlan:
     host = host_budget(len(mesh.local_devices), cfg.host_memory_budget_gib) if cfg.memory_check else None
     batch = abstract_batch(cfg, mesh, 1 + spec.num_rejects if spec.slotted else None)
 
-    def compile_for(remat):
-        codec = codec_for(mcfg.replace(remat=remat))
+    def compile_for(candidate):
+        remat, chunk = parse_candidate(candidate, mcfg.mlp_chunk_tokens)
+        codec = codec_for(mcfg.replace(remat=remat, mlp_chunk_tokens=chunk))
         state, sh = abstract_state(cfg, codec, tx, mesh, key)
         step = jit_train_step(make_train_step(cfg, codec, tx, spec, schedule), sh,
                               batch_shardings(mesh, slotted=spec.slotted))
@@ -246,5 +268,6 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key) -> StepPlan:
         return compiled, [m for m in programs if m is not None]
 
     candidates = AUTO_REMAT_ORDER if cfg.model.remat == "auto" else (mcfg.remat,)
-    remat, compiled, programs, tried = choose(compile_for, candidates, budget, host)
-    return StepPlan(remat, compiled, programs, tried)
+    chosen, compiled, programs, tried = choose(compile_for, candidates, budget, host)
+    remat, chunk = parse_candidate(chosen, mcfg.mlp_chunk_tokens)
+    return StepPlan(remat, compiled, programs, tried, chunk)

@@ -53,6 +53,11 @@ def make_optimizer(optim: OptimSection, total_steps: int) -> optax.GradientTrans
     return optax.chain(*parts)
 
 
+def frozen_dtype(cfg: TrainConfig):
+    """dtype of the frozen base weights of a LoRA run (``lora.base_dtype``, default ``model.param_dtype``)."""
+    return jnp.dtype(cfg.lora.base_dtype or cfg.model.param_dtype)
+
+
 def split_trainable(lora_cfg: LoraSection, codec: ParamCodec, values: dict, key) -> tuple[dict, dict]:
     """(trainable, frozen) flat dicts for full fine-tuning or LoRA (``lora_cfg``: the run's ``lora`` section)."""
     if lora_cfg.rank <= 0:
@@ -90,9 +95,8 @@ def state_specs(cfg: TrainConfig, codec: ParamCodec, tx, trainable: dict, frozen
 
 def create_state(cfg: TrainConfig, codec: ParamCodec, values: dict, tx, mesh, key) -> tuple[TrainState, TrainState]:
     """Place the initial state on ``mesh`` (sharded) and return it with its sharding tree."""
-    dtype = jnp.dtype(cfg.model.param_dtype)
     trainable, frozen = split_trainable(cfg.lora, codec, values, key)
-    trainable, frozen = cast(trainable, dtype), cast(frozen, dtype)
+    trainable, frozen = cast(trainable, cfg.model.param_dtype), cast(frozen, frozen_dtype(cfg))
     specs = state_specs(cfg, codec, tx, trainable, frozen, mesh)
     sh = shardings(specs, mesh)
     trainable = jax.device_put(trainable, sh.params)
@@ -106,11 +110,9 @@ def create_state(cfg: TrainConfig, codec: ParamCodec, values: dict, tx, mesh, ke
 def abstract_state(cfg: TrainConfig, codec: ParamCodec, tx, mesh, key) -> tuple[TrainState, TrainState]:
     """What ``create_state`` would place, as ``jax.ShapeDtypeStruct`` leaves with their shardings (nothing is
     allocated): for compiling the step before any weights are loaded."""
-    dtype = jnp.dtype(cfg.model.param_dtype)
-
     def build(values):
         trainable, frozen = split_trainable(cfg.lora, codec, values, key)
-        trainable, frozen = cast(trainable, dtype), cast(frozen, dtype)
+        trainable, frozen = cast(trainable, cfg.model.param_dtype), cast(frozen, frozen_dtype(cfg))
         return TrainState(jnp.zeros((), jnp.int32), trainable, frozen, tx.init(trainable))
 
     shapes = jax.eval_shape(build, codec.shapes())

@@ -30,7 +30,7 @@ import optax
 from longrm_jax import losses
 from longrm_jax.training.config import LossSection, TrainConfig
 from longrm_jax.training.params import ParamCodec
-from longrm_jax.training.lora import effective_params
+from longrm_jax.training.lora import split_layer_branches
 from longrm_jax.training.state import TrainState
 
 METRIC_KEYS = ("loss", "chosen_reward", "rejected_reward", "accuracy", "margin")
@@ -147,6 +147,17 @@ def loss_sums(model, batch: dict, lc: LossSection, spec: StageSpec) -> tuple[jax
     return total, sums
 
 
+def step_model(codec: ParamCodec, cfg: TrainConfig, params: dict, frozen: dict):
+    """The model a step runs: full fine-tuning the parameters themselves; LoRA the frozen base with the
+    adapters of decoder layers as branches (``training.lora.split_layer_branches``: no merged copy of the base,
+    no gradient for it) and the others (a score head's) merged."""
+    weights, branches = split_layer_branches(params, frozen, alpha=cfg.lora.alpha, rank=cfg.lora.rank)
+    model = codec.model(weights)
+    if branches:
+        model.model.layers.attach_lora_branches(branches)
+    return model
+
+
 def _microbatches(batch: dict, n: int) -> dict:
     """[B, ...] -> [n, B/n, ...]; row i*n + m goes to microbatch m, keeping the batch-dim sharding."""
     return jax.tree.map(lambda x: jnp.swapaxes(x.reshape((x.shape[0] // n, n) + x.shape[1:]), 0, 1), batch)
@@ -189,7 +200,7 @@ def make_train_step(cfg: TrainConfig, codec: ParamCodec, tx, spec: StageSpec, sc
             nonempty = jnp.maximum((per_micro > 0).sum().astype(jnp.float32), 1.0)
 
         def micro_loss(params, mb):
-            model = codec.model(effective_params(params, state.frozen, alpha=cfg.lora.alpha, rank=cfg.lora.rank))
+            model = step_model(codec, cfg, params, state.frozen)
             total, sums = loss_sums(model, mb, cfg.loss, spec)
             if reduction == "upstream":
                 return total / item_count(mb, spec) / nonempty, sums
@@ -271,7 +282,7 @@ def make_eval_step(cfg: TrainConfig, codec: ParamCodec, spec: StageSpec) -> Call
     reward (bt score; beta * pi otherwise) for held-out pairs."""
 
     def evaluate(params, frozen, batch):
-        model = codec.model(effective_params(params, frozen, alpha=cfg.lora.alpha, rank=cfg.lora.rank))
+        model = step_model(codec, cfg, params, frozen)
         eval_spec = spec if spec.stage != "sft" else dataclasses.replace(spec, stage="simpo")
         chosen, rejected, valid = group_values(model, batch, eval_spec, cfg.loss.chunk_tokens)
         return chosen, rejected.mean(-1), valid
