@@ -302,6 +302,15 @@ class TrainConfig:
                 raise ConfigError(f"{key} must be {want}; got {value!r}")
 
     @property
+    def base_weights_dtype(self) -> str:
+        """dtype the model's weights are created or loaded in: a LoRA run's ``lora.base_dtype`` (its frozen base;
+        created in that dtype, so no fp32 copy is made and freed on the device first, which left the GPU's memory
+        pool too fragmented for a step's temporaries), else ``model.param_dtype``."""
+        if self.lora.rank > 0 and self.lora.base_dtype:
+            return self.lora.base_dtype
+        return self.model.param_dtype
+
+    @property
     def pipeline_rows_per_step(self) -> int:
         """Rows the data pipeline yields per optimizer step: packed rows, or (rows layout) preference groups,
         each of which the trainer spreads over 1 + num_rejects model rows."""

@@ -55,7 +55,7 @@ def make_optimizer(optim: OptimSection, total_steps: int) -> optax.GradientTrans
 
 def frozen_dtype(cfg: TrainConfig):
     """dtype of the frozen base weights of a LoRA run (``lora.base_dtype``, default ``model.param_dtype``)."""
-    return jnp.dtype(cfg.lora.base_dtype or cfg.model.param_dtype)
+    return jnp.dtype(cfg.base_weights_dtype)
 
 
 def split_trainable(lora_cfg: LoraSection, codec: ParamCodec, values: dict, key) -> tuple[dict, dict]:
