@@ -168,3 +168,34 @@ def test_memory_plan_picks_the_tiled_mlp_when_nothing_else_fits():
     assert choose(_fake(ONLY_TILED), AUTO_REMAT_ORDER, int(95 * GiB), int(96 * GiB))[0] == "full+tiled_mlp"
     with pytest.raises(MemoryPlanError, match="model.mlp_chunk_tokens=8192"):
         choose(_fake(ONLY_TILED), AUTO_REMAT_ORDER, int(50 * GiB), int(96 * GiB))
+
+
+def test_offloaded_optimizer_state_trains_the_same_steps(tmp_path):
+    """optim.offload_state: the AdamW moments live in pinned host memory between steps (the CPU backend has a
+    pinned_host memory space, so the placement and the transfers run here too) and the run's parameters after
+    two steps equal the on-device run's; the plan counts the moments as host memory, not device memory."""
+    import json
+
+    from longrm_jax.training import loop
+    from longrm_jax.training.config import load_config
+
+    tiny = ["stage=bt", "lora.rank=0", "data.seq_len=128", "data.batch_rows=2", "model.overrides={num_layers: 2}",
+            "data.synthetic.lengths=[50,60]", "data.num_train=8", "steps=2", "log_every=1", "tensorboard=false",
+            "progress=false", "checkpoint.every=0", "checkpoint.at_end=false", "eval_before=false",
+            "eval_after=false", "mesh.fsdp=1"]
+    runs = {}
+    for offload in (False, True):
+        out = tmp_path / str(offload)
+        cfg = load_config(None, tiny + [f"output_dir={out}", f"optim.offload_state={str(offload).lower()}"])
+        result = loop.run(cfg)
+        kinds = {x.sharding.memory_kind for x in jax.tree.leaves(result.state.opt_state)}
+        assert kinds == ({"pinned_host"} if offload else {"device"})
+        assert {x.sharding.memory_kind for x in jax.tree.leaves(result.state.params)} == {"device"}
+        runs[offload] = (jax.device_get(result.state.params), json.loads((out / "memory_plan.json").read_text()))
+    (want, plan_dev), (got, plan_host) = runs[False], runs[True]
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    moments = 2 * sum(v.size * 4 for v in want.values())
+    dev, host = plan_dev["programs"][0], plan_host["programs"][0]
+    assert dev["resident"] - host["resident"] >= moments
+    assert plan_host["predicted_host_gib"] * GiB >= moments

@@ -20,6 +20,7 @@ cannot be swapped, and running the host out of it kills the process or the machi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -107,10 +108,15 @@ class ProgramMemory:
                 f"{self.peak / GiB:.2f} GiB{host}")
 
 
-def bytes_per_device(tree) -> int:
-    """Bytes of one device's shards of a tree of arrays / ShapeDtypeStructs with shardings."""
+def bytes_per_device(tree, *, memory: str = "device") -> int:
+    """Bytes of one device's shards of a tree of arrays / ShapeDtypeStructs with shardings, counting the leaves
+    in device memory (``memory="device"``) or in host memory (``"host"``: an offloaded optimizer state)."""
+    from longrm_jax.training.state import on_host
+
     total = 0
     for x in jax.tree.leaves(tree):
+        if on_host(x) != (memory == "host"):
+            continue
         shape = x.sharding.shard_shape(x.shape) if getattr(x, "sharding", None) is not None else x.shape
         total += int(np.prod(shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize
     return total
@@ -174,6 +180,7 @@ REDUCE_HINTS = (
     "more devices on mesh.fsdp (weights, gradients and optimizer state are sharded over them)",
     "lora.rank > 0 (LoRA: no gradients or optimizer state for the base weights)",
     "model.param_dtype=bfloat16 (halves weights, gradients and optimizer state; fp32 masters are the default)",
+    "optim.offload_state=true (AdamW moments in pinned host memory between steps)",
 )
 
 
@@ -244,7 +251,8 @@ class StepPlan:
     def summary(self) -> str:
         mem = ", ".join(f"{p.name} {p.peak / GiB:.1f}" for p in self.programs)
         pinned = predicted_host(self.programs)
-        host = f"; pinned host memory {pinned / GiB:.1f} GiB per device (offloaded activations)" if pinned else ""
+        host = (f"; pinned host memory {pinned / GiB:.1f} GiB per device (offloaded activations, optimizer state)"
+                if pinned else "")
         tiled = f", model.mlp_chunk_tokens={self.mlp_chunk_tokens}" if self.mlp_chunk_tokens else ""
         return f"model.remat={self.remat}{tiled}; predicted device memory (GiB): {mem or 'not reported'}{host}"
 
@@ -269,9 +277,15 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key) -> StepPlan:
                               batch_shardings(mesh, slotted=spec.slotted))
         with jax.set_mesh(mesh):
             compiled = step.compile(state, batch)
-        resident = bytes_per_device(state)
+        resident = bytes_per_device(state)  # the device-resident part (optim.offload_state: without the moments)
         inputs = {"gradients": bytes_per_device(batch), "update": bytes_per_device(state.params)}
         programs = [ProgramMemory.of(n, c, resident, inputs[n]) for n, c in compiled.programs]
+        # The offloaded moments occupy pinned host memory during both programs: the update reads (and aliases)
+        # them, so its analysis counts them; the gradient program never reads them and its analysis leaves them
+        # out, so they add to its offloaded activations.
+        state_host = bytes_per_device(state, memory="host")
+        programs = [dataclasses.replace(p, host=p.host + state_host if p.name == "gradients" else max(p.host, state_host))
+                    if p else p for p in programs]
         return compiled, [m for m in programs if m is not None]
 
     candidates = AUTO_REMAT_ORDER if cfg.model.remat == "auto" else (mcfg.remat,)

@@ -93,12 +93,28 @@ def state_specs(cfg: TrainConfig, codec: ParamCodec, tx, trainable: dict, frozen
     return TrainState(step=P(), params=param_specs, frozen={k: base[k] for k in frozen}, opt_state=opt_specs)
 
 
+HOST_MEMORY = "pinned_host"
+
+
+def offload_optimizer_state(cfg: TrainConfig, sh: TrainState) -> TrainState:
+    """The state's shardings with the optimizer state in pinned host memory when ``optim.offload_state``."""
+    if not cfg.optim.offload_state:
+        return sh
+    return sh.replace(opt_state=jax.tree.map(lambda s: s.with_memory_kind(HOST_MEMORY), sh.opt_state))
+
+
+def on_host(x) -> bool:
+    """Whether an array (or ShapeDtypeStruct) with a sharding lives in host memory."""
+    sharding = getattr(x, "sharding", None)
+    return getattr(sharding, "memory_kind", None) in (HOST_MEMORY, "unpinned_host")
+
+
 def create_state(cfg: TrainConfig, codec: ParamCodec, values: dict, tx, mesh, key) -> tuple[TrainState, TrainState]:
     """Place the initial state on ``mesh`` (sharded) and return it with its sharding tree."""
     trainable, frozen = split_trainable(cfg.lora, codec, values, key)
     trainable, frozen = cast(trainable, cfg.model.param_dtype), cast(frozen, frozen_dtype(cfg))
     specs = state_specs(cfg, codec, tx, trainable, frozen, mesh)
-    sh = shardings(specs, mesh)
+    sh = offload_optimizer_state(cfg, shardings(specs, mesh))
     trainable = jax.device_put(trainable, sh.params)
     frozen = jax.device_put(frozen, sh.frozen)
     init = jax.jit(lambda p: TrainState(jnp.zeros((), jnp.int32), p, {}, tx.init(p)),
@@ -116,5 +132,5 @@ def abstract_state(cfg: TrainConfig, codec: ParamCodec, tx, mesh, key) -> tuple[
         return TrainState(jnp.zeros((), jnp.int32), trainable, frozen, tx.init(trainable))
 
     shapes = jax.eval_shape(build, codec.shapes())
-    sh = shardings(state_specs(cfg, codec, tx, shapes.params, shapes.frozen, mesh), mesh)
+    sh = offload_optimizer_state(cfg, shardings(state_specs(cfg, codec, tx, shapes.params, shapes.frozen, mesh), mesh))
     return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, sh), sh

@@ -222,9 +222,13 @@ def make_train_step(cfg: TrainConfig, codec: ParamCodec, tx, spec: StageSpec, sc
         return grads, {"sums": sums, "objective": objective, "count": norm,
                        "tokens": (batch["segment_ids"] > 0).sum()}
 
+    offload = cfg.optim.offload_state
+
     def update(state: TrainState, grads, aux: dict):
         norm = aux["count"]
         grad_norm = optax.global_norm(grads)
+        if offload:  # optim.offload_state: the moments come in from pinned host memory for the update
+            state = state.replace(opt_state=jax.device_put(state.opt_state, jax.memory.Space.Device))
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         # The loss as optimised (its reduction); the other metrics are means over the batch's items.
@@ -232,6 +236,8 @@ def make_train_step(cfg: TrainConfig, codec: ParamCodec, tx, spec: StageSpec, sc
         ok = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
         new = TrainState(state.step + 1, params, state.frozen, opt_state)
         new = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state)
+        if offload:  # and go back (the jitted update's out_shardings place them in pinned host memory)
+            new = new.replace(opt_state=jax.device_put(new.opt_state, jax.memory.Space.Host))
         metrics |= {"grad_norm": grad_norm, "lr": schedule(state.step), "count": norm, "tokens": aux["tokens"]}
         return new, metrics
 
