@@ -18,7 +18,7 @@ holding whole groups, with segment ids) it times training steps with random weig
   `--full-params` is not given) the peer wraps the model in peft LoRA of the same rank, alpha, targets and fully
   trained modules; without peft installed it trains every weight and its row says so ("not the same work").
   Both sides count FLOPs by the same rule (docs/flops.md; LoRA: no weight gradients for the frozen base).
-It prints tokens/s, MFU (docs/flops.md: FLOPs = 6 N_matmul + 6 L H d S per token, 989 TFLOP/s peak per
+It prints tokens/s, MFU (docs/flops.md: FLOPs = 6 N_matmul + 6 L H d S per token, 4 N for LoRA's frozen weights, 989 TFLOP/s peak per
 H100/H200) and peak memory, as a table, and appends the table to docs/benchmarks.md (`--no-record`: print only;
 with --smoke only to a file named by --benchmarks-md). `--json` keeps every figure, `--plot` draws tokens/s and MFU against pair length, ours
 against the peer, and the last lines name the longest pair each device count trained (list longer lengths

@@ -136,7 +136,8 @@ def test_lora_flops_count_no_weight_gradients_for_the_frozen_base():
     # At 2 x 64K the old count (6 N) overstated this step's work by 17%.
     assert full / step_flops(mcfg, "classifier", seg, lora=counts) == pytest.approx(1.174, abs=0.001)
     # Counted from the trainable parameters of the shipped DisRM config (adapters only: the head is frozen).
-    trainable = {"model/layers/q_proj/lora_a": np.zeros((L, d, 8)), "model/layers/q_proj/lora_b": np.zeros((L, 8, 4096)),
+    trainable = {"model/layers/q_proj/lora_a": np.zeros((L, d, 8)),
+                 "model/layers/q_proj/lora_b": np.zeros((L, 8, 4096)),
                  "score/lora_a": np.zeros((d, 8)), "score/lora_b": np.zeros((8, 1))}
     assert LoraFlops.of(trainable) == LoraFlops(L * 8 * (d + 4096) + 8 * (d + 1), False)
     assert LoraFlops.of({"score": np.zeros((d, 1))}).head_trained
@@ -170,6 +171,7 @@ def test_memory_plan_picks_the_tiled_mlp_when_nothing_else_fits():
         choose(_fake(ONLY_TILED), AUTO_REMAT_ORDER, int(50 * GiB), int(96 * GiB))
 
 
+@pytest.mark.slow
 def test_offloaded_optimizer_state_trains_the_same_steps(tmp_path):
     """optim.offload_state: the AdamW moments live in pinned host memory between steps (the CPU backend has a
     pinned_host memory space, so the placement and the transfers run here too) and the run's parameters after

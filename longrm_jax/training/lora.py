@@ -112,7 +112,8 @@ def split_layer_branches(trainable: Mapping, frozen: Mapping, *, alpha: float, r
     ``x @ W + (x @ A) @ B``. Full fine-tuning: (trainable, {})."""
     if not frozen:
         return dict(trainable), {}
-    layer_keys = {k[: -len("/lora_a")] for k in trainable if k.endswith("/lora_a") and is_layer_weight(k[: -len("/lora_a")])}
+    adapted = {k[: -len("/lora_a")] for k in trainable if k.endswith("/lora_a")}
+    layer_keys = {k for k in adapted if is_layer_weight(k)}
     rest = {k: v for k, v in trainable.items() if not any(k.startswith(w + "/") for w in layer_keys)}
     branches = {}
     scale = alpha / rank

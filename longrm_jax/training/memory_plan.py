@@ -284,9 +284,9 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key) -> StepPlan:
         # them, so its analysis counts them; the gradient program never reads them and its analysis leaves them
         # out, so they add to its offloaded activations.
         state_host = bytes_per_device(state, memory="host")
-        programs = [dataclasses.replace(p, host=p.host + state_host if p.name == "gradients" else max(p.host, state_host))
-                    if p else p for p in programs]
-        return compiled, [m for m in programs if m is not None]
+        programs = [dataclasses.replace(p, host=p.host + state_host if p.name == "gradients"
+                                        else max(p.host, state_host)) for p in programs if p is not None]
+        return compiled, programs
 
     candidates = AUTO_REMAT_ORDER if cfg.model.remat == "auto" else (mcfg.remat,)
     chosen, compiled, programs, tried = choose(compile_for, candidates, budget, host)
