@@ -201,3 +201,18 @@ def test_offloaded_optimizer_state_trains_the_same_steps(tmp_path):
     dev, host = plan_dev["programs"][0], plan_host["programs"][0]
     assert dev["resident"] - host["resident"] >= moments
     assert plan_host["predicted_host_gib"] * GiB >= moments
+
+
+def test_bench_train_peer_says_when_it_does_not_train_the_same_parameters(monkeypatch):
+    """scripts/bench_train.py: without peft the PyTorch peer of a LoRA run trains every weight, and its row says
+    that this is not the same work (and its FLOPs are counted as full training)."""
+    import sys
+
+    import bench_train
+    from longrm_jax.training.config import load_config
+
+    monkeypatch.setitem(sys.modules, "peft", None)  # import peft -> ImportError
+    net = object()
+    lora_cfg = load_config("configs/llama31_8b_disrm_bt.yaml", []).lora
+    same, label, flops = bench_train._peft_lora(net, lora_cfg)
+    assert same is net and flops is None and "not the same work" in label
