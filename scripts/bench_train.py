@@ -14,8 +14,11 @@ holding whole groups, with segment ids) it times training steps with random weig
   the steps after `--warmup`). On each device count of `--devices`: n > 1 devices as fsdp x seq (ring
   attention over all n), when visible. `--full-params` trains every weight where the config uses LoRA.
 - the PyTorch peer in the same run (each configuration in its own process): HF transformers, SDPA, gradient checkpointing, AdamW, bf16 weights, the pair
-  as a batch of 2 sequences.
-It prints tokens/s, MFU (docs/flops.md: FLOPs = 6 N_matmul + 6 L H d S per token, 989 TFLOP/s peak per
+  as a batch of 2 sequences. It trains what the JAX run trains: where the stage's config uses LoRA (and
+  `--full-params` is not given) the peer wraps the model in peft LoRA of the same rank, alpha, targets and fully
+  trained modules; without peft installed it trains every weight and its row says so ("not the same work").
+  Both sides count FLOPs by the same rule (docs/flops.md; LoRA: no weight gradients for the frozen base).
+It prints tokens/s, MFU (docs/flops.md: FLOPs = 6 N_matmul + 6 L H d S per token, 4 N for LoRA's frozen weights, 989 TFLOP/s peak per
 H100/H200) and peak memory, as a table, and appends the table to docs/benchmarks.md (`--no-record`: print only;
 with --smoke only to a file named by --benchmarks-md). `--json` keeps every figure, `--plot` draws tokens/s and MFU against pair length, ours
 against the peer, and the last lines name the longest pair each device count trained (list longer lengths
@@ -204,8 +207,8 @@ def bench_torch(model: str, stage: str, length: int, args) -> dict:
 
     from longrm_jax.models.config import to_hf_config
     from longrm_jax.training.config import load_config
-    from longrm_jax.training.telemetry import matmul_params
     from longrm_jax.training.model_setup import preset_config
+    from longrm_jax.training.telemetry import step_flops
 
     preset = TINY[model] if args.smoke else model
     cfg = load_config(None, [f"model.preset={preset}"] + (["model.overrides.vocab_size=1000"] if args.smoke else []))
@@ -213,6 +216,9 @@ def bench_torch(model: str, stage: str, length: int, args) -> dict:
     mcfg = preset_config(cfg).replace(head=head)
     if mcfg.pad_token_id is None:  # tiny presets take their ids from a tokenizer; HF pools at the last non-pad
         mcfg = mcfg.replace(pad_token_id=0)
+    stage_cfg = load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                         STAGE_CONFIGS[stage]), [])
+    lora_cfg = None if args.full_params or stage_cfg.lora.rank <= 0 else stage_cfg.lora
     hf_cfg = transformers.AutoConfig.for_model(**to_hf_config(mcfg))
     hf_cfg._attn_implementation = "sdpa"
     device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
@@ -221,8 +227,12 @@ def bench_torch(model: str, stage: str, length: int, args) -> dict:
     with torch.device(device):
         net = cls.from_config(hf_cfg, dtype=dtype)
     net.gradient_checkpointing_enable()
+    trains, lora_flops = "all weights", None
+    if lora_cfg is not None:
+        net, trains, lora_flops = _peft_lora(net, lora_cfg)
     net.train()
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-6, betas=(0.9, 0.95), weight_decay=0.0)
+    opt = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-6, betas=(0.9, 0.95),
+                            weight_decay=0.0)
     host = pair_batch(length, mcfg.vocab_size)
     ids = torch.tensor(host["input_ids"].reshape(2, length), dtype=torch.long, device=device)
     mask = torch.tensor(host["loss_mask"].reshape(2, length), device=device)
@@ -256,8 +266,7 @@ def bench_torch(model: str, stage: str, length: int, args) -> dict:
         sync()
         times.append(time.perf_counter() - t0)
     dt = float(np.median(times))
-    flops = 6.0 * matmul_params(mcfg, head) * 2 * length + 6.0 * mcfg.num_layers * mcfg.num_heads * mcfg.head_dim \
-        * 2 * length**2
+    flops = step_flops(mcfg, head, np.ones((2, length), np.int32), lora=lora_flops)
     peak = 989e12 if device == "cuda" and any(k in torch.cuda.get_device_name() for k in ("H100", "H200")) else None
     peak_mem = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
     del net, opt
@@ -265,8 +274,28 @@ def bench_torch(model: str, stage: str, length: int, args) -> dict:
     if device == "cuda":
         torch.cuda.empty_cache()
     return {"tokens_per_s": 2 * length / dt, "step_s": dt, "mfu": flops / dt / peak if peak else None,
-            "peak_gib": peak_mem, "loss": loss, "step_times": times,
+            "peak_gib": peak_mem, "loss": loss, "step_times": times, "trains": trains,
             "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
+
+
+def _peft_lora(net, lora_cfg):
+    """(the peer wrapped in peft LoRA as the JAX config trains it, its label, its LoraFlops); without peft the
+    unwrapped peer, a label saying it trains every weight, and None (full-training FLOPs)."""
+    from longrm_jax.training.lora import ALL_LINEAR
+    from longrm_jax.training.telemetry import LoraFlops
+
+    try:
+        import peft
+    except ImportError:
+        return net, "all weights: peft not installed, not the same work as the JAX LoRA run", None
+    targets = sorted({n for t in lora_cfg.targets for n in (ALL_LINEAR if t == "all-linear" else (t,))})
+    # task_type None: the score head is only what targets / modules_to_save make it (as the JAX config says).
+    config = peft.LoraConfig(r=lora_cfg.rank, lora_alpha=lora_cfg.alpha, lora_dropout=0.0, target_modules=targets,
+                             modules_to_save=list(lora_cfg.train_modules) or None)
+    net = peft.get_peft_model(net, config)
+    adapters = sum(p.numel() for n, p in net.named_parameters() if p.requires_grad and "lora_" in n)
+    label = f"LoRA r={lora_cfg.rank} (peft), as the JAX run"
+    return net, label, LoraFlops(adapters, head_trained=bool(lora_cfg.train_modules))
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -443,7 +472,7 @@ def main(argv=None) -> int:
                      f"{_fmt(None if r.get('mfu') is None else 100 * r['mfu'], '.1f')} | "
                      f"{_fmt(r.get('peak_gib'), '.1f')} | {_fmt(r.get('predicted_gib'), '.1f')} | "
                      f"{_fmt(r.get('predicted_host_gib'), '.1f')} / {_fmt(r.get('host_rss_gib'), '.1f')} | "
-                     f"{r.get('skipped', '') or r.get('remat_used') or ''} |")
+                     f"{r.get('skipped', '') or r.get('remat_used') or r.get('trains') or ''} |")
     table = "\n".join(lines + [""] + longest_pairs([r for *_, r in rows]))
     print(table)
     if args.plot:

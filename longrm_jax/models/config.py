@@ -71,6 +71,10 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype
     param_dtype: str = "float32"
     remat: str = "none"  # one of REMAT_POLICIES
+    # Run each layer's MLP on token chunks of at most this many tokens (0: whole rows), each chunk recomputed in
+    # the backward on its own (models.layers.tiled_mlp): bounds the [tokens, intermediate_size] buffers of
+    # long rows. Exact; costs one more MLP forward per layer in the backward under remat "none".
+    mlp_chunk_tokens: int = 0
     scan_layers: bool = True
     # Cached calls other than a prefill (decode steps, suffix chunks) unroll the layer loop when set: each layer's
     # weights are then static slices that XLA's Triton matmuls read in place, where under ``scan`` XLA (GPU)
@@ -110,6 +114,8 @@ class ModelConfig:
                              f"{list(DECODE_ATTENTION_IMPLS)}")
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"unknown remat policy {self.remat!r}; supported: {list(REMAT_POLICIES)}")
+        if self.mlp_chunk_tokens < 0:
+            raise ValueError(f"mlp_chunk_tokens must be >= 0 (0: untiled), got {self.mlp_chunk_tokens}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
 

@@ -120,7 +120,18 @@ class DecoderLayers(nnx.Module):
         self.names = tuple(layer_param_specs(cfg))
 
     def stacked(self) -> dict[str, jax.Array]:
-        return {name: getattr(self, name)[...] for name in self.names}
+        """Every layer weight by name, plus the LoRA branches attached for a train step (see
+        :meth:`attach_lora_branches`)."""
+        return {name: getattr(self, name)[...] for name in self.names} | self.__dict__.get("lora_branches", {})
+
+    def attach_lora_branches(self, branches: Mapping[str, jax.Array]) -> None:
+        """Run every layer with these LoRA branches (``<weight>/lora_a`` [L, in, r], ``<weight>/lora_b``
+        [L, r, out], scaled; ``training.lora.split_layer_branches``). For a model rebuilt inside a jitted train
+        step only: the branches are plain arrays, not parameters of the module."""
+        unknown = {k.rsplit("/", 1)[0] for k in branches} - set(self.names)
+        if unknown:
+            raise KeyError(f"LoRA branches for unknown layer weights {sorted(unknown)}")
+        self.lora_branches = dict(branches)
 
     def fuse_projections(self, cfg: ModelConfig, rules: Mapping | None = None) -> None:
         """Switch to the inference layout, in place and once: ``qkv_proj`` [L, D, K, G + 2, H] replaces q/k/v

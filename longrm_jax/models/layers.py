@@ -11,6 +11,14 @@ Inference layout (:meth:`longrm_jax.models.decoder.DecoderLayers.fuse_projection
 q/k/v weights as one ``qkv_proj`` [D, K, G + 2, H] (G = N / K query heads per kv head: kv head k's G query
 heads, then its key head, then its value head) and gate/up as one ``gate_up_proj`` [D, 2, F], so that a
 decode step runs one matmul where it ran three and two. The layer functions read either layout.
+
+LoRA branches (training with a frozen base, ``training.lora.split_layer_branches``): ``<name>/lora_a`` [in, r]
+and ``<name>/lora_b`` [r, out] (already scaled) next to a weight ``<name>`` add ``(x @ A) @ B`` to its output.
+
+Sequence-tiled MLP (``ModelConfig.mlp_chunk_tokens``): the MLP is per token, so it can run on token chunks,
+each under its own ``jax.checkpoint``; only one chunk's [chunk, F] intermediates (gate, up, their product and
+their gradients) are live at a time instead of [T, F] ones -- at T = 256K tokens and F = 14336 each such
+buffer is 7 GiB in bf16.
 """
 
 from __future__ import annotations
@@ -55,13 +63,24 @@ def _cast(p: dict, dtype) -> dict:
     return {name: w.astype(dtype) for name, w in p.items()}
 
 
+def with_lora(p: dict, name: str, x: jax.Array, in_axes: int, out: jax.Array) -> jax.Array:
+    """``out`` (x @ p[name], any layout) plus the LoRA branch ``(x @ A) @ B`` of weight ``name`` when ``p``
+    holds one; ``in_axes``: trailing axes of ``x`` that the weight contracts."""
+    a = p.get(name + "/lora_a")
+    if a is None:
+        return out
+    lead = x.shape[: x.ndim - in_axes]
+    low = x.reshape(*lead, -1) @ a
+    return out + (low @ p[name + "/lora_b"]).reshape(out.shape)
+
+
 def qkv_projection(p: dict, h_btd: jax.Array, cos, sin, cfg: ModelConfig):
     """q [B,T,N,H], k, v [B,T,K,H] with Qwen3's per-head q/k norm (before RoPE) and RoPE applied."""
     if "qkv_proj" in p:
         return _fused_qkv_projection(p, h_btd, cos, sin, cfg)
-    q = jnp.einsum("btd,dnh->btnh", h_btd, p["q_proj"])
-    k = jnp.einsum("btd,dkh->btkh", h_btd, p["k_proj"])
-    v = jnp.einsum("btd,dkh->btkh", h_btd, p["v_proj"])
+    q = with_lora(p, "q_proj", h_btd, 1, jnp.einsum("btd,dnh->btnh", h_btd, p["q_proj"]))
+    k = with_lora(p, "k_proj", h_btd, 1, jnp.einsum("btd,dkh->btkh", h_btd, p["k_proj"]))
+    v = with_lora(p, "v_proj", h_btd, 1, jnp.einsum("btd,dkh->btkh", h_btd, p["v_proj"]))
     if cfg.attention_bias:
         q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
     if cfg.qk_norm:
@@ -93,34 +112,77 @@ def _fused_qkv_projection(p: dict, h_btd: jax.Array, cos, sin, cfg: ModelConfig)
 
 
 def mlp(p: dict, h_btd: jax.Array, cfg: ModelConfig, rules) -> jax.Array:
+    """The MLP, sequence-tiled when ``cfg.mlp_chunk_tokens`` is set and smaller than the row (see the module
+    docstring)."""
+    chunk = cfg.mlp_chunk_tokens
+    if chunk and h_btd.shape[1] > chunk and "gate_up_proj" not in p:
+        return tiled_mlp(p, h_btd, cfg, rules, chunk)
+    return _mlp(p, h_btd, cfg, rules)
+
+
+def _mlp(p: dict, h_btd: jax.Array, cfg: ModelConfig, rules) -> jax.Array:
     if "gate_up_proj" in p:  # fused inference layout [D, 2, F]: one matmul
         gate_up = jnp.einsum("btd,dcf->btcf", h_btd, p["gate_up_proj"])
         gate, up = gate_up[:, :, 0], gate_up[:, :, 1]
     else:
-        gate = jnp.einsum("btd,df->btf", h_btd, p["gate_proj"])
-        up = jnp.einsum("btd,df->btf", h_btd, p["up_proj"])
+        gate = with_lora(p, "gate_proj", h_btd, 1, jnp.einsum("btd,df->btf", h_btd, p["gate_proj"]))
+        up = with_lora(p, "up_proj", h_btd, 1, jnp.einsum("btd,df->btf", h_btd, p["up_proj"]))
     if cfg.mlp_bias:
         gate, up = gate + p["gate_bias"], up + p["up_bias"]
     act = constrain(jax.nn.silu(gate) * up, ("batch", "seq", "act_mlp"), rules)
-    out = jnp.einsum("btf,fd->btd", act, p["down_proj"])
+    out = with_lora(p, "down_proj", act, 1, jnp.einsum("btf,fd->btd", act, p["down_proj"]))
     return out + p["down_bias"] if cfg.mlp_bias else out
 
 
+MLP_WEIGHTS = ("gate_proj", "up_proj", "down_proj", "gate_bias", "up_bias", "down_bias")
+
+
+def tiled_mlp(p: dict, h_btd: jax.Array, cfg: ModelConfig, rules, chunk: int) -> jax.Array:
+    """:func:`_mlp` over token chunks of at most ``chunk`` tokens, exact (the MLP is per token).
+
+    The T tokens are split into ``n = ceil(T / chunk)`` strided chunks (chunk i holds tokens i, i + n, ...):
+    under a mesh that shards the tokens over ``seq`` every chunk then spans every shard equally. Each chunk runs
+    under ``jax.checkpoint`` inside a ``lax.scan``: the scan keeps only the chunk index per step, and the
+    backward recomputes one chunk's gate / up at a time. The MLP's weights enter each chunk in their stored
+    dtype and are cast there, so weight gradients (full fine-tuning) accumulate over chunks in that dtype
+    (fp32 masters: fp32) rather than in the compute dtype."""
+    b, t, d = h_btd.shape
+    n = -(-t // chunk)
+    pad = n * chunk - t
+    h = jnp.pad(h_btd, ((0, 0), (0, pad), (0, 0))) if pad else h_btd
+    h = h.reshape(b, chunk, n, d)  # token j * n + i -> [:, j, i]
+    weights = {k: v for k, v in p.items() if k.split("/", 1)[0] in MLP_WEIGHTS}
+
+    @jax.checkpoint
+    def one(w, tokens, i):
+        x = jax.lax.dynamic_index_in_dim(tokens, i, axis=2, keepdims=False)  # [B, chunk, D]
+        return _mlp(_cast(w, h_btd.dtype), x, cfg, rules)
+
+    def body(_, i):
+        return None, one(weights, h, i)
+
+    _, out = jax.lax.scan(body, None, jnp.arange(n, dtype=jnp.int32))  # [n, B, chunk, D]
+    out = jnp.transpose(out, (1, 2, 0, 3)).reshape(b, n * chunk, d)
+    return out[:, :t] if pad else out
+
+
 def output_projection(p: dict, attn_btnh: jax.Array, cfg: ModelConfig) -> jax.Array:
-    out = jnp.einsum("btnh,nhd->btd", attn_btnh, p["o_proj"])
+    out = with_lora(p, "o_proj", attn_btnh, 2, jnp.einsum("btnh,nhd->btd", attn_btnh, p["o_proj"]))
     return out + p["o_bias"] if cfg.attention_bias else out
 
 
 def layer_forward(p, x_btd, cos, sin, cfg: ModelConfig, rules, attend):
     """One pre-norm decoder layer. ``attend(q, k, v)`` -> [B,T,N,H] does the attention (plain or cached) and
     may return extra outputs: it returns (out, aux) and aux is passed through."""
-    p = _cast(p, x_btd.dtype)
+    stored, p = p, _cast(p, x_btd.dtype)
     h = rms_norm(x_btd, p["attn_norm"], cfg.rms_norm_eps)
     q, k, v = qkv_projection(p, h, cos, sin, cfg)
     attn, aux = attend(q, k, v)
     x = constrain(x_btd + output_projection(p, attn, cfg), ("batch", "seq", "act_embed"), rules)
     h = rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps)
-    x = constrain(x + mlp(p, h, cfg, rules), ("batch", "seq", "act_embed"), rules)
+    # The tiled MLP casts its weights per chunk (see tiled_mlp); the plain one takes the cast copies.
+    tiled = cfg.mlp_chunk_tokens and h.shape[1] > cfg.mlp_chunk_tokens
+    x = constrain(x + mlp(stored if tiled else p, h, cfg, rules), ("batch", "seq", "act_embed"), rules)
     return x, aux
 
 

@@ -35,6 +35,9 @@ class ModelSection:
     # offload_layer_inputs_and_attention) or "auto": the fastest of none, save_attention_out, full and then the
     # offloading ones whose compiled step fits the device and the host budget (training.memory_plan).
     remat: str = "none"
+    # Sequence-tiled MLP: each layer's MLP on chunks of at most this many tokens (0: whole rows; ModelConfig.
+    # mlp_chunk_tokens). With remat auto the plan turns it on (AUTO_MLP_CHUNK_TOKENS) where untiled nothing fits.
+    mlp_chunk_tokens: int = 0
 
 
 @dataclass
@@ -104,6 +107,10 @@ class OptimSection:
     eps: float = 1e-8
     weight_decay: float = 0.0
     grad_clip: float = 1.0
+    # Keep the AdamW moments in pinned host memory between steps (training.state.offload_optimizer_state): the
+    # gradient program, where activations peak, then has their bytes free on the device (Qwen3-8B, bf16: 30.5
+    # GiB); the update program copies them in, updates and copies them back over PCIe every step.
+    offload_state: bool = False
 
 
 @dataclass
@@ -115,6 +122,12 @@ class LoraSection:
     # Modules trained fully next to the adapters (peft's modules_to_save; a new score head for bt). Upstream's
     # DisRM instead lists `score` in `targets` (a rank-r adapter on the frozen head) and trains nothing fully.
     train_modules: list = field(default_factory=lambda: ["score"])
+    # dtype of the frozen base weights (null: model.param_dtype). bfloat16 halves them (Llama-3.1-8B: 28 -> 14
+    # GiB) and computes the same step: every layer casts its weights to the bf16 compute dtype before its matmuls
+    # and the base gets no gradient or update, so an fp32 copy only matters for a base that is not bf16-exact
+    # (HF's 8B checkpoints are stored in bf16) and for the merge at export, which then adds the fp32 adapter
+    # delta to a bf16 weight (the exported weights are bf16 either way).
+    base_dtype: str | None = None
 
 
 @dataclass
@@ -280,7 +293,11 @@ class TrainConfig:
             ("optim.eps", o.eps, o.eps > 0, "> 0"),
             ("optim.weight_decay", o.weight_decay, o.weight_decay >= 0, ">= 0"),
             ("optim.grad_clip", o.grad_clip, o.grad_clip >= 0, ">= 0 (0: no clipping)"),
+            ("model.mlp_chunk_tokens", self.model.mlp_chunk_tokens, self.model.mlp_chunk_tokens >= 0,
+             ">= 0 (0: untiled)"),
             ("lora.rank", self.lora.rank, self.lora.rank >= 0, ">= 0 (0: full fine-tuning)"),
+            ("lora.base_dtype", self.lora.base_dtype, self.lora.base_dtype in (None, "float32", "bfloat16"),
+             "float32, bfloat16 or null (model.param_dtype)"),
             ("checkpoint.every", self.checkpoint.every, self.checkpoint.every >= 0, ">= 0 (0: only at the end)"),
             ("checkpoint.keep", self.checkpoint.keep, self.checkpoint.keep >= 1, ">= 1"),
             ("checkpoint.save_host_gb", self.checkpoint.save_host_gb,
@@ -298,6 +315,15 @@ class TrainConfig:
         for key, value, ok, want in rules:
             if not ok:
                 raise ConfigError(f"{key} must be {want}; got {value!r}")
+
+    @property
+    def base_weights_dtype(self) -> str:
+        """dtype the model's weights are created or loaded in: a LoRA run's ``lora.base_dtype`` (its frozen base;
+        created in that dtype, so no fp32 copy is made and freed on the device first, which left the GPU's memory
+        pool too fragmented for a step's temporaries), else ``model.param_dtype``."""
+        if self.lora.rank > 0 and self.lora.base_dtype:
+            return self.lora.base_dtype
+        return self.model.param_dtype
 
     @property
     def pipeline_rows_per_step(self) -> int:

@@ -32,7 +32,7 @@ from longrm_jax.training.model_setup import codec_for, load_model, model_config
 from longrm_jax.training.run_lock import RunLock
 from longrm_jax.training.state import abstract_state, create_state, lr_schedule, make_optimizer
 from longrm_jax.training.steps import StageSpec, jit_train_step, make_eval_step, make_train_step
-from longrm_jax.training.telemetry import MetricsWriter, StepProfiler, peak_flops, step_flops
+from longrm_jax.training.telemetry import LoraFlops, MetricsWriter, StepProfiler, peak_flops, step_flops
 
 
 class NonFiniteLossError(RuntimeError):
@@ -239,8 +239,9 @@ def _plan_step(cfg: TrainConfig, inputs: _RunInputs, tx, schedule, state_key):
     plan = plan_train_step(cfg, model_config(cfg, inputs.tokenizer), tx, schedule, first_spec, inputs.mesh,
                            state_key)
     _log(plan.summary() + (f" (auto: tried {', '.join(plan.tried)})" if cfg.model.remat == "auto" else ""))
-    if cfg.model.remat != plan.remat:
-        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, remat=plan.remat))
+    if (cfg.model.remat, cfg.model.mlp_chunk_tokens) != (plan.remat, plan.mlp_chunk_tokens):
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, remat=plan.remat,
+                                                                 mlp_chunk_tokens=plan.mlp_chunk_tokens))
     return cfg, plan, first_spec
 
 
@@ -304,6 +305,7 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
     Returns (final state, steps done); the iterator and checkpointer are closed however it ends."""
     total_steps, num_rejects = inputs.total_steps, inputs.num_rejects
     peak = peak_flops(list(inputs.mesh.devices.flat))
+    lora = LoraFlops.of(state.params) if state.frozen else None  # a frozen base: no weight gradients to count
     last_saved = start
     bar = tqdm(total=total_steps, initial=start, desc=f"train {cfg.stage}", dynamic_ncols=True,
                disable=not cfg.progress or jax.process_index() != 0)
@@ -336,7 +338,7 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
                     f"non-finite loss ({metrics['loss']}) or gradient norm ({metrics['grad_norm']}) at step "
                     f"{step}; stopping without saving it. Last good checkpoint: "
                     f"{'step ' + str(good) + ' in ' + inputs.ckpt_dir if good is not None else 'none'}")
-            metrics = _throughput(metrics, mcfg, cfg.head, host, inputs, dt, peak)
+            metrics = _throughput(metrics, mcfg, cfg.head, host, inputs, dt, peak, lora)
             result.last_metrics = metrics
             if step % cfg.log_every == 0 or step == total_steps:
                 writer.write(step, metrics)
@@ -359,13 +361,14 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
     return state, step
 
 
-def _throughput(metrics: dict, mcfg, head: str, host: dict, inputs: _RunInputs, dt: float, peak) -> dict:
+def _throughput(metrics: dict, mcfg, head: str, host: dict, inputs: _RunInputs, dt: float, peak,
+                lora: LoraFlops | None = None) -> dict:
     """The step's metrics with tokens/s, step time, MFU and peak device memory in place of its token counts."""
     tokens = metrics.pop("tokens")
     metrics.pop("count")
     # The LM head runs on the trained tokens only, unless tokens are sharded over seq (steps.py).
     head_tokens = None if inputs.seq_shards > 1 else int((host["loss_mask"] > 0).sum())
-    flops = step_flops(mcfg, head, host["segment_ids"], head_tokens=head_tokens) * jax.process_count()
+    flops = step_flops(mcfg, head, host["segment_ids"], head_tokens=head_tokens, lora=lora) * jax.process_count()
     metrics["tokens_per_s"] = tokens / dt
     metrics["step_s"] = dt
     metrics["mfu"] = flops / dt / peak if peak else None

@@ -5,9 +5,18 @@ batch axis). Its logical names decide the view: weights whose first non-layer ax
 dimension (q/k/v/gate/up projections: in = D); the others write it (o/down projections: out = D). A is
 initialised like peft (uniform +-1/sqrt(in)), B at zero, so training starts from the base model exactly.
 
-The merge is applied to the frozen base inside the jitted step and when a training checkpoint is loaded
-(``effective_params``, the one place that does it), so every consumer of the model sees ordinary weights. It
-costs one rank-r matmul per targeted weight per step.
+Two ways to run the adapted model:
+
+- merged (``effective_params``): ``W + scale * A @ B`` as ordinary weights. Export, evaluation of a training
+  checkpoint and the tiny adapters outside the layers (the score head) use it.
+- as branches (``split_layer_branches``, the train step): each layer computes ``x @ W + (x @ A) @ (scale * B)``
+  with the frozen ``W`` as stored. Why not merge inside the train step: merging the stacked layer weights
+  materialises a second copy of every weight (in the base's dtype: fp32 for an fp32 base), and the gradient of
+  the adapters then flows through the gradient of that merged weight, a full [layers, in, out] array per
+  targeted weight -- on Llama-3.1-8B with an fp32 base about 2 x 28 GiB of temporaries, and the weight-gradient
+  matmuls (2 N FLOPs per token) that LoRA exists to skip. With branches the frozen weights get no gradient at
+  all: the step computes the forward, the activation gradients and the rank-r adapter gradients
+  (docs/flops.md).
 """
 
 from __future__ import annotations
@@ -88,6 +97,31 @@ def merge(base: Mapping[str, jax.Array], adapters: Mapping[str, jax.Array], *, a
 
 def is_adapter(key: str) -> bool:
     return key.endswith(("/lora_a", "/lora_b"))
+
+
+def is_layer_weight(key: str) -> bool:
+    """Whether ``key`` names a stacked decoder-layer weight (``.../layers/<name>``)."""
+    return key.rsplit("/", 2)[-2:-1] == ["layers"]
+
+
+def split_layer_branches(trainable: Mapping, frozen: Mapping, *, alpha: float, rank: int) -> tuple[dict, dict]:
+    """(weights for the model, layer branches) of a train step: the weights as :func:`effective_params` gives
+    them except that adapters on decoder-layer weights are not merged; those come back as branches
+    ``{"<name>/lora_a": A [L, in, r], "<name>/lora_b": scale * B [L, r, out]}`` (``<name>`` the layer weight's
+    name, e.g. ``q_proj``) for :func:`longrm_jax.models.layers.layer_forward` to apply as
+    ``x @ W + (x @ A) @ B``. Full fine-tuning: (trainable, {})."""
+    if not frozen:
+        return dict(trainable), {}
+    adapted = {k[: -len("/lora_a")] for k in trainable if k.endswith("/lora_a")}
+    layer_keys = {k for k in adapted if is_layer_weight(k)}
+    rest = {k: v for k, v in trainable.items() if not any(k.startswith(w + "/") for w in layer_keys)}
+    branches = {}
+    scale = alpha / rank
+    for k in sorted(layer_keys):
+        name = k.rsplit("/", 1)[-1]
+        branches[name + "/lora_a"] = trainable[k + "/lora_a"]
+        branches[name + "/lora_b"] = trainable[k + "/lora_b"] * scale
+    return effective_params(rest, frozen, alpha=alpha, rank=rank), branches
 
 
 def effective_params(trainable: Mapping, frozen: Mapping, *, alpha: float, rank: int) -> dict:

@@ -20,6 +20,7 @@ cannot be swapped, and running the host out of it kills the process or the machi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -32,7 +33,29 @@ log = logging.getLogger(__name__)
 
 # model.remat: auto tries these, fastest first, and takes the first that fits. The offloading policies come
 # last: they move saved activations over PCIe every step, so they are taken only when nothing on the device fits.
-AUTO_REMAT_ORDER = ("none", "save_attention_out", "full", "offload_layer_inputs_and_attention", "offload_layer_inputs")
+# "<policy>+tiled_mlp": the policy with the sequence-tiled MLP (model.mlp_chunk_tokens = AUTO_MLP_CHUNK_TOKENS):
+# a layer's [tokens, intermediate] buffers shrink to [chunk, intermediate] for a little re-laying-out of the
+# layer's MLP input and output, cheaper than moving activations over PCIe, so ``full`` tiled comes before the
+# offloading policies and the tiled offloading policy last.
+TILED_MLP = "+tiled_mlp"
+AUTO_REMAT_ORDER = ("none", "save_attention_out", "save_attention_out" + TILED_MLP, "full", "full" + TILED_MLP,
+                    "offload_layer_inputs_and_attention", "offload_layer_inputs", "offload_layer_inputs" + TILED_MLP)
+# What a GPU needs beyond the compiled program's figure: cuDNN's attention workspaces (measured on an H200,
+# Qwen3-8B 2 x 64K: peak 119.8 GiB for 115.8 predicted) and room against fragmentation (an H100 run planned at
+# 74.7 of 75.2 GiB failed to place its 60.4 GiB temporary block). Kept free when the budget comes from the
+# allocator; an explicit memory_budget_gib is taken as given.
+GPU_HEADROOM = 4 * 2**30
+# Tokens per MLP chunk that auto uses: the chunk's matmuls ([8192, D] x [D, F]) still fill a Hopper GPU, and its
+# intermediates are 0.2 GiB each at F = 14336 in bf16.
+AUTO_MLP_CHUNK_TOKENS = 8192
+
+
+def parse_candidate(candidate: str, mlp_chunk_tokens: int) -> tuple[str, int]:
+    """(remat policy, mlp_chunk_tokens) of an auto candidate; ``mlp_chunk_tokens``: the configured value (a
+    configured tiling applies to every candidate)."""
+    if candidate.endswith(TILED_MLP):
+        return candidate[: -len(TILED_MLP)], mlp_chunk_tokens or AUTO_MLP_CHUNK_TOKENS
+    return candidate, mlp_chunk_tokens
 # Share of the host's RAM that pinned activation buffers may take when no host budget is configured: the rest is
 # for the process itself (data pipeline, checkpoint I/O, the Python heap).
 HOST_RAM_SHARE = 0.75
@@ -85,10 +108,15 @@ class ProgramMemory:
                 f"{self.peak / GiB:.2f} GiB{host}")
 
 
-def bytes_per_device(tree) -> int:
-    """Bytes of one device's shards of a tree of arrays / ShapeDtypeStructs with shardings."""
+def bytes_per_device(tree, *, memory: str = "device") -> int:
+    """Bytes of one device's shards of a tree of arrays / ShapeDtypeStructs with shardings, counting the leaves
+    in device memory (``memory="device"``) or in host memory (``"host"``: an offloaded optimizer state)."""
+    from longrm_jax.training.state import on_host
+
     total = 0
     for x in jax.tree.leaves(tree):
+        if on_host(x) != (memory == "host"):
+            continue
         shape = x.sharding.shard_shape(x.shape) if getattr(x, "sharding", None) is not None else x.shape
         total += int(np.prod(shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize
     return total
@@ -123,7 +151,8 @@ def host_budget(local_devices: int, budget_gib: float | None = None) -> int | No
 
 def device_budget(devices, budget_gib: float | None = None) -> int | None:
     """Bytes one device may use: ``budget_gib`` when given, else the smallest ``bytes_limit`` of the devices'
-    allocators (GPU/TPU; the GPU pool is ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of the card). None on backends that
+    allocators (GPU/TPU; the GPU pool is ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of the card), less ``GPU_HEADROOM``
+    on a GPU. None on backends that
     report no limit (CPU): no check there unless a budget is configured."""
     if budget_gib is not None:
         return int(budget_gib * GiB)
@@ -132,7 +161,8 @@ def device_budget(devices, budget_gib: float | None = None) -> int | None:
         stats = d.memory_stats() if hasattr(d, "memory_stats") else None
         if not stats or not stats.get("bytes_limit"):
             return None
-        limits.append(int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
+        headroom = GPU_HEADROOM if getattr(d, "platform", "") == "gpu" else 0
+        limits.append(int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)) - headroom)
     return min(limits) if limits else None
 
 
@@ -144,11 +174,13 @@ def peak_device_gib(mesh) -> float | None:
 
 REDUCE_HINTS = (
     "model.remat=full (or auto: the fastest policy that fits)",
+    "model.mlp_chunk_tokens=8192 (the sequence-tiled MLP)",
     "a shorter data.seq_len, or fewer data.batch_rows per micro step (grad_accum keeps the step's batch)",
     "mesh.seq > 1 (sequence parallel: ring attention splits the activations over devices)",
     "more devices on mesh.fsdp (weights, gradients and optimizer state are sharded over them)",
     "lora.rank > 0 (LoRA: no gradients or optimizer state for the base weights)",
     "model.param_dtype=bfloat16 (halves weights, gradients and optimizer state; fp32 masters are the default)",
+    "optim.offload_state=true (AdamW moments in pinned host memory between steps)",
 )
 
 
@@ -203,13 +235,15 @@ class StepPlan:
     step: object  # the compiled JittedTrainStep
     programs: list
     tried: list
+    mlp_chunk_tokens: int = 0
 
     def write(self, path: str) -> None:
         """The plan as JSON (``<output_dir>/memory_plan.json``): chosen remat, candidates tried, per program."""
         import json
 
         with open(path, "w", encoding="utf-8") as f:
-            json.dump({"device": jax.devices()[0].device_kind, "remat": self.remat, "tried": self.tried,
+            json.dump({"device": jax.devices()[0].device_kind, "remat": self.remat,
+                       "mlp_chunk_tokens": self.mlp_chunk_tokens, "tried": self.tried,
                        "predicted_peak_gib": predicted_peak(self.programs) / GiB,
                        "predicted_host_gib": predicted_host(self.programs) / GiB,
                        "programs": [dict(vars(p), peak=p.peak) for p in self.programs]}, f, indent=1)
@@ -217,8 +251,10 @@ class StepPlan:
     def summary(self) -> str:
         mem = ", ".join(f"{p.name} {p.peak / GiB:.1f}" for p in self.programs)
         pinned = predicted_host(self.programs)
-        host = f"; pinned host memory {pinned / GiB:.1f} GiB per device (offloaded activations)" if pinned else ""
-        return f"model.remat={self.remat}; predicted device memory (GiB): {mem or 'not reported'}{host}"
+        host = (f"; pinned host memory {pinned / GiB:.1f} GiB per device (offloaded activations, optimizer state)"
+                if pinned else "")
+        tiled = f", model.mlp_chunk_tokens={self.mlp_chunk_tokens}" if self.mlp_chunk_tokens else ""
+        return f"model.remat={self.remat}{tiled}; predicted device memory (GiB): {mem or 'not reported'}{host}"
 
 
 def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key) -> StepPlan:
@@ -233,18 +269,26 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key) -> StepPlan:
     host = host_budget(len(mesh.local_devices), cfg.host_memory_budget_gib) if cfg.memory_check else None
     batch = abstract_batch(cfg, mesh, 1 + spec.num_rejects if spec.slotted else None)
 
-    def compile_for(remat):
-        codec = codec_for(mcfg.replace(remat=remat))
+    def compile_for(candidate):
+        remat, chunk = parse_candidate(candidate, mcfg.mlp_chunk_tokens)
+        codec = codec_for(mcfg.replace(remat=remat, mlp_chunk_tokens=chunk))
         state, sh = abstract_state(cfg, codec, tx, mesh, key)
         step = jit_train_step(make_train_step(cfg, codec, tx, spec, schedule), sh,
                               batch_shardings(mesh, slotted=spec.slotted))
         with jax.set_mesh(mesh):
             compiled = step.compile(state, batch)
-        resident = bytes_per_device(state)
+        resident = bytes_per_device(state)  # the device-resident part (optim.offload_state: without the moments)
         inputs = {"gradients": bytes_per_device(batch), "update": bytes_per_device(state.params)}
         programs = [ProgramMemory.of(n, c, resident, inputs[n]) for n, c in compiled.programs]
-        return compiled, [m for m in programs if m is not None]
+        # The offloaded moments occupy pinned host memory during both programs: the update reads (and aliases)
+        # them, so its analysis counts them; the gradient program never reads them and its analysis leaves them
+        # out, so they add to its offloaded activations.
+        state_host = bytes_per_device(state, memory="host")
+        programs = [dataclasses.replace(p, host=p.host + state_host if p.name == "gradients"
+                                        else max(p.host, state_host)) for p in programs if p is not None]
+        return compiled, programs
 
     candidates = AUTO_REMAT_ORDER if cfg.model.remat == "auto" else (mcfg.remat,)
-    remat, compiled, programs, tried = choose(compile_for, candidates, budget, host)
-    return StepPlan(remat, compiled, programs, tried)
+    chosen, compiled, programs, tried = choose(compile_for, candidates, budget, host)
+    remat, chunk = parse_candidate(chosen, mcfg.mlp_chunk_tokens)
+    return StepPlan(remat, compiled, programs, tried, chunk)

@@ -58,8 +58,8 @@ def preset_config(cfg: TrainConfig, tokenizer=None) -> ModelConfig:
 def with_training_numerics(mcfg: ModelConfig, cfg: TrainConfig) -> ModelConfig:
     # remat "auto" is resolved by training.memory_plan before the model is built; "full" stands in until then.
     remat = "full" if cfg.model.remat == "auto" else cfg.model.remat
-    return mcfg.replace(head=cfg.head, dtype=cfg.model.compute_dtype, param_dtype=cfg.model.param_dtype,
-                        remat=remat)
+    return mcfg.replace(head=cfg.head, dtype=cfg.model.compute_dtype, param_dtype=cfg.base_weights_dtype,
+                        remat=remat, mlp_chunk_tokens=cfg.model.mlp_chunk_tokens)
 
 
 def init_random(mcfg: ModelConfig, mesh, seed: int, rules=None) -> tuple[ParamCodec, dict]:
@@ -131,7 +131,7 @@ def load_model(cfg: TrainConfig, mesh, tokenizer=None) -> tuple[ModelConfig, Par
 def _load_hf(cfg: TrainConfig, path: str, mesh) -> tuple[ModelConfig, ParamCodec, dict]:
     from longrm_jax.hf.load import load_pretrained
 
-    model = load_pretrained(path, dtype=cfg.model.compute_dtype, param_dtype=cfg.model.param_dtype,
+    model = load_pretrained(path, dtype=cfg.model.compute_dtype, param_dtype=cfg.base_weights_dtype,
                             mesh=mesh, head=cfg.head)
     mcfg = with_training_numerics(model.config, cfg)
     if cfg.model.overrides:

@@ -53,6 +53,11 @@ def make_optimizer(optim: OptimSection, total_steps: int) -> optax.GradientTrans
     return optax.chain(*parts)
 
 
+def frozen_dtype(cfg: TrainConfig):
+    """dtype of the frozen base weights of a LoRA run (``lora.base_dtype``, default ``model.param_dtype``)."""
+    return jnp.dtype(cfg.base_weights_dtype)
+
+
 def split_trainable(lora_cfg: LoraSection, codec: ParamCodec, values: dict, key) -> tuple[dict, dict]:
     """(trainable, frozen) flat dicts for full fine-tuning or LoRA (``lora_cfg``: the run's ``lora`` section)."""
     if lora_cfg.rank <= 0:
@@ -88,13 +93,28 @@ def state_specs(cfg: TrainConfig, codec: ParamCodec, tx, trainable: dict, frozen
     return TrainState(step=P(), params=param_specs, frozen={k: base[k] for k in frozen}, opt_state=opt_specs)
 
 
+HOST_MEMORY = "pinned_host"
+
+
+def offload_optimizer_state(cfg: TrainConfig, sh: TrainState) -> TrainState:
+    """The state's shardings with the optimizer state in pinned host memory when ``optim.offload_state``."""
+    if not cfg.optim.offload_state:
+        return sh
+    return sh.replace(opt_state=jax.tree.map(lambda s: s.with_memory_kind(HOST_MEMORY), sh.opt_state))
+
+
+def on_host(x) -> bool:
+    """Whether an array (or ShapeDtypeStruct) with a sharding lives in host memory."""
+    sharding = getattr(x, "sharding", None)
+    return getattr(sharding, "memory_kind", None) in (HOST_MEMORY, "unpinned_host")
+
+
 def create_state(cfg: TrainConfig, codec: ParamCodec, values: dict, tx, mesh, key) -> tuple[TrainState, TrainState]:
     """Place the initial state on ``mesh`` (sharded) and return it with its sharding tree."""
-    dtype = jnp.dtype(cfg.model.param_dtype)
     trainable, frozen = split_trainable(cfg.lora, codec, values, key)
-    trainable, frozen = cast(trainable, dtype), cast(frozen, dtype)
+    trainable, frozen = cast(trainable, cfg.model.param_dtype), cast(frozen, frozen_dtype(cfg))
     specs = state_specs(cfg, codec, tx, trainable, frozen, mesh)
-    sh = shardings(specs, mesh)
+    sh = offload_optimizer_state(cfg, shardings(specs, mesh))
     trainable = jax.device_put(trainable, sh.params)
     frozen = jax.device_put(frozen, sh.frozen)
     init = jax.jit(lambda p: TrainState(jnp.zeros((), jnp.int32), p, {}, tx.init(p)),
@@ -106,13 +126,11 @@ def create_state(cfg: TrainConfig, codec: ParamCodec, values: dict, tx, mesh, ke
 def abstract_state(cfg: TrainConfig, codec: ParamCodec, tx, mesh, key) -> tuple[TrainState, TrainState]:
     """What ``create_state`` would place, as ``jax.ShapeDtypeStruct`` leaves with their shardings (nothing is
     allocated): for compiling the step before any weights are loaded."""
-    dtype = jnp.dtype(cfg.model.param_dtype)
-
     def build(values):
         trainable, frozen = split_trainable(cfg.lora, codec, values, key)
-        trainable, frozen = cast(trainable, dtype), cast(frozen, dtype)
+        trainable, frozen = cast(trainable, cfg.model.param_dtype), cast(frozen, frozen_dtype(cfg))
         return TrainState(jnp.zeros((), jnp.int32), trainable, frozen, tx.init(trainable))
 
     shapes = jax.eval_shape(build, codec.shapes())
-    sh = shardings(state_specs(cfg, codec, tx, shapes.params, shapes.frozen, mesh), mesh)
+    sh = offload_optimizer_state(cfg, shardings(state_specs(cfg, codec, tx, shapes.params, shapes.frozen, mesh), mesh))
     return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, sh), sh

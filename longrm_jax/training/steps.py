@@ -30,7 +30,7 @@ import optax
 from longrm_jax import losses
 from longrm_jax.training.config import LossSection, TrainConfig
 from longrm_jax.training.params import ParamCodec
-from longrm_jax.training.lora import effective_params
+from longrm_jax.training.lora import split_layer_branches
 from longrm_jax.training.state import TrainState
 
 METRIC_KEYS = ("loss", "chosen_reward", "rejected_reward", "accuracy", "margin")
@@ -147,6 +147,17 @@ def loss_sums(model, batch: dict, lc: LossSection, spec: StageSpec) -> tuple[jax
     return total, sums
 
 
+def step_model(codec: ParamCodec, cfg: TrainConfig, params: dict, frozen: dict):
+    """The model a step runs: full fine-tuning the parameters themselves; LoRA the frozen base with the
+    adapters of decoder layers as branches (``training.lora.split_layer_branches``: no merged copy of the base,
+    no gradient for it) and the others (a score head's) merged."""
+    weights, branches = split_layer_branches(params, frozen, alpha=cfg.lora.alpha, rank=cfg.lora.rank)
+    model = codec.model(weights)
+    if branches:
+        model.model.layers.attach_lora_branches(branches)
+    return model
+
+
 def _microbatches(batch: dict, n: int) -> dict:
     """[B, ...] -> [n, B/n, ...]; row i*n + m goes to microbatch m, keeping the batch-dim sharding."""
     return jax.tree.map(lambda x: jnp.swapaxes(x.reshape((x.shape[0] // n, n) + x.shape[1:]), 0, 1), batch)
@@ -189,7 +200,7 @@ def make_train_step(cfg: TrainConfig, codec: ParamCodec, tx, spec: StageSpec, sc
             nonempty = jnp.maximum((per_micro > 0).sum().astype(jnp.float32), 1.0)
 
         def micro_loss(params, mb):
-            model = codec.model(effective_params(params, state.frozen, alpha=cfg.lora.alpha, rank=cfg.lora.rank))
+            model = step_model(codec, cfg, params, state.frozen)
             total, sums = loss_sums(model, mb, cfg.loss, spec)
             if reduction == "upstream":
                 return total / item_count(mb, spec) / nonempty, sums
@@ -211,9 +222,13 @@ def make_train_step(cfg: TrainConfig, codec: ParamCodec, tx, spec: StageSpec, sc
         return grads, {"sums": sums, "objective": objective, "count": norm,
                        "tokens": (batch["segment_ids"] > 0).sum()}
 
+    offload = cfg.optim.offload_state
+
     def update(state: TrainState, grads, aux: dict):
         norm = aux["count"]
         grad_norm = optax.tree.norm(grads)  # what optax.global_norm (deprecated) computes
+        if offload:  # optim.offload_state: the moments come in from pinned host memory for the update
+            state = state.replace(opt_state=jax.device_put(state.opt_state, jax.memory.Space.Device))
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         # The loss as optimised (its reduction); the other metrics are means over the batch's items.
@@ -221,6 +236,8 @@ def make_train_step(cfg: TrainConfig, codec: ParamCodec, tx, spec: StageSpec, sc
         ok = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
         new = TrainState(state.step + 1, params, state.frozen, opt_state)
         new = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state)
+        if offload:  # and go back (the jitted update's out_shardings place them in pinned host memory)
+            new = new.replace(opt_state=jax.device_put(new.opt_state, jax.memory.Space.Host))
         metrics |= {"grad_norm": grad_norm, "lr": schedule(state.step), "count": norm, "tokens": aux["tokens"]}
         return new, metrics
 
@@ -271,7 +288,7 @@ def make_eval_step(cfg: TrainConfig, codec: ParamCodec, spec: StageSpec) -> Call
     reward (bt score; beta * pi otherwise) for held-out pairs."""
 
     def evaluate(params, frozen, batch):
-        model = codec.model(effective_params(params, frozen, alpha=cfg.lora.alpha, rank=cfg.lora.rank))
+        model = step_model(codec, cfg, params, frozen)
         eval_spec = spec if spec.stage != "sft" else dataclasses.replace(spec, stage="simpo")
         chosen, rejected, valid = group_values(model, batch, eval_spec, cfg.loss.chunk_tokens)
         return chosen, rejected.mean(-1), valid

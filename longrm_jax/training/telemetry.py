@@ -5,6 +5,11 @@ FLOPs of a training step (forward + backward, recomputation not counted):
 ``6 N + 6 L H d S`` with S the token's segment length (causal attention: half of ``12 L H d S``).
 N_matmul excludes the embedding lookup; the LM head counts when logits are computed (sft, simpo), the score
 head for bt.
+
+LoRA (a frozen base): the step computes the forward (2 N), the activation gradients (2 N) and the adapters'
+three matmuls each way, but no weight gradient of a frozen weight: ``4 N`` per token for the frozen weights,
+``6`` per adapter parameter (A and B), the attention term unchanged (its backward is activation gradients
+only). A head trained fully (``lora.train_modules``) counts 6.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 import json
 import math
 import os
+
+from dataclasses import dataclass
 
 import jax
 import numpy as np
@@ -27,11 +34,30 @@ def matmul_params(mcfg, head: str) -> int:
     return decoder_matmul_params(mcfg) + output_head_params(mcfg, head)
 
 
+@dataclass(frozen=True)
+class LoraFlops:
+    """What a LoRA step trains, for :func:`step_flops`: the number of adapter parameters (A and B of every
+    target; each multiplies every token) and whether the output head is trained fully."""
+
+    adapter_params: int
+    head_trained: bool
+
+    @classmethod
+    def of(cls, trainable: dict) -> "LoraFlops":
+        """From a LoRA run's trainable parameters (flat dict of arrays or shapes)."""
+        from longrm_jax.training.lora import is_adapter
+
+        adapters = sum(int(np.prod(v.shape)) for k, v in trainable.items() if is_adapter(k))
+        head = any(k.split("/")[0] in ("score", "lm_head") for k in trainable if not is_adapter(k))
+        return cls(adapters, head)
+
+
 def step_flops(mcfg, head: str, segment_ids: np.ndarray, *, forward_only: bool = False,
-               head_tokens: int | None = None) -> float:
+               head_tokens: int | None = None, lora: LoraFlops | None = None) -> float:
     """FLOPs of one train step (or a forward pass) over a host batch's ``segment_ids`` [B, T]; the output
     head counts on ``head_tokens`` tokens (default: every token), e.g. only the response tokens whose LM-head
-    log-probs the trainer computes."""
+    log-probs the trainer computes. ``lora``: a frozen base (docs/flops.md: 4 FLOPs per frozen weight and
+    token, 6 per adapter parameter)."""
     seg = np.asarray(segment_ids)
     tokens = int((seg > 0).sum())
     sq = 0
@@ -40,9 +66,16 @@ def step_flops(mcfg, head: str, segment_ids: np.ndarray, *, forward_only: bool =
         sq += int((counts.astype(np.int64) ** 2).sum())
     body = decoder_matmul_params(mcfg)
     head_tokens = tokens if head_tokens is None else head_tokens
-    total = (6.0 * body * tokens + 6.0 * output_head_params(mcfg, head) * head_tokens
-             + 6.0 * mcfg.num_layers * mcfg.num_heads * mcfg.head_dim * sq)
-    return total / 3.0 if forward_only else total
+    attention = 6.0 * mcfg.num_layers * mcfg.num_heads * mcfg.head_dim * sq
+    if forward_only:
+        adapters = 0 if lora is None else lora.adapter_params
+        return (2.0 * (body + adapters) * tokens + 2.0 * output_head_params(mcfg, head) * head_tokens
+                + attention / 3.0)
+    if lora is None:
+        return 6.0 * body * tokens + 6.0 * output_head_params(mcfg, head) * head_tokens + attention
+    head_factor = 6.0 if lora.head_trained else 4.0
+    return (4.0 * body * tokens + 6.0 * lora.adapter_params * tokens
+            + head_factor * output_head_params(mcfg, head) * head_tokens + attention)
 
 
 def peak_flops(devices=None) -> float | None:
