@@ -70,6 +70,10 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
+    def is_complete(self, step: int) -> bool:
+        """Whether ``step`` is on disk and finalized (an asynchronous save still writing it is not)."""
+        return step in completed_steps(self.directory)
+
     def save(self, step: int, state, data_state: dict, config: dict, mcfg: ModelConfig) -> None:
         """Start an (asynchronous) save; device buffers are copied before this returns, so the caller may
         donate ``state`` to the next step right away."""
@@ -141,6 +145,15 @@ def is_training_checkpoint(path: str) -> bool:
     if not os.path.isdir(path):
         return False
     return any(os.path.isdir(os.path.join(path, d, "state")) for d in os.listdir(path) if d.isdigit())
+
+
+def completed_steps(directory: str) -> list[int]:
+    """The finalized checkpoint steps in ``directory`` (orbax renames a step's temporary directory to its number
+    when the save is complete), ascending."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(d) for d in os.listdir(directory)
+                  if d.isdigit() and os.path.isdir(os.path.join(directory, d, "state")))
 
 
 def trained_model_config(directory: str, step: int | None = None) -> ModelConfig:
