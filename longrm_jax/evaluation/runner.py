@@ -48,8 +48,16 @@ from longrm_jax.hf.load import CheckpointError
 
 logger = logging.getLogger(__name__)
 
+
+
+class SavePathInUseError(FileExistsError):
+    """--save-path holds the results of an earlier evaluation and neither --resume nor --overwrite was given."""
+
+
 # Errors caused by the user's inputs (reported as one line by the CLI).
-USER_ERRORS = (BenchDataError, DataError, ModelDirError, CheckpointError)
+USER_ERRORS = (BenchDataError, DataError, ModelDirError, CheckpointError, SavePathInUseError)
+# What an evaluation writes into --save-path (besides {Task}.jsonl): their presence marks earlier results.
+RESULT_NAMES = ("results.json", "results.csv", "predictions.jsonl", "timings.json", "partial")
 
 
 @dataclasses.dataclass
@@ -78,6 +86,7 @@ class EvalConfig:
     limit: int | None = None  # at most this many samples per task file (smoke runs)
     share_prompt: bool = False  # DisRM: run each sample's common prompt prefix once (single device)
     resume: bool = False  # reuse per-task predictions in save_path/partial from a run with the same settings
+    overwrite: bool = False  # replace the results of an earlier evaluation in save_path (else refused)
     progress: bool = True
     task_types: Sequence[str] | None = None  # e.g. ("PairWise",): evaluate only those Long-RewardBench samples
     longform_protocol: str = "pointwise"  # GRM on Long-form files: "pointwise" (each response alone) or "joint"
@@ -88,6 +97,18 @@ class EvalConfig:
         if self.save_path:
             return self.save_path
         return os.path.join("results", os.path.basename(os.path.normpath(self.model_path)))
+
+
+def check_save_path(cfg: EvalConfig) -> None:
+    """Refuse a save path holding an earlier evaluation's results unless --resume (reuse them) or --overwrite."""
+    save = cfg.resolved_save_path()
+    if cfg.resume or cfg.overwrite or not os.path.isdir(save):
+        return
+    found = [name for name in RESULT_NAMES if os.path.exists(os.path.join(save, name))]
+    if found:
+        raise SavePathInUseError(
+            f"{save}: --save-path already holds the results of an earlier evaluation ({', '.join(found)}): pass "
+            "--resume to reuse its finished task files, --overwrite to replace them, or another --save-path")
 
 
 def load_samples(cfg: EvalConfig) -> list[EvalSample]:
@@ -408,6 +429,7 @@ def run_evaluation(cfg: EvalConfig) -> dict:
                              "(per-task result files would overwrite the task files)")
     if cfg.longform_protocol not in ("pointwise", "joint"):
         raise BenchDataError(f"longform protocol must be pointwise or joint, got {cfg.longform_protocol!r}")
+    check_save_path(cfg)
     check_model_kind(cfg)
     disrm_tokenizer, grm_tokenizer = load_chat_tokenizers(cfg.model_path, cfg.chat_template)
     samples = load_samples(cfg)
