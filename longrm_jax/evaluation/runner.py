@@ -282,6 +282,7 @@ def summarize(predictions: list[dict], tasks: Sequence[str]) -> dict:
     summary["results_rows"] = rows
     summary["both_orders"] = metrics.agreement_report(predictions)
     summary["accuracy_by_length"] = metrics.accuracy_by_length(predictions)
+    summary["counts_by_length"] = metrics.counts_by_length(predictions)
     summary["num_samples"] = len(predictions)
     summary["num_truncated"] = int(sum(p.get("truncated", False) for p in predictions))
     verdicts = metrics.verdict_report(predictions)
@@ -326,7 +327,8 @@ def write_outputs(save_path: str, predictions: list[dict], summary: dict, settin
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     metrics.write_results_csv(summary["results_rows"], os.path.join(save_path, "results.csv"))
     plots.plot_accuracy_by_length(summary["accuracy_by_length"], os.path.join(save_path, "accuracy_by_length.png"),
-                                  title=os.path.basename(os.path.normpath(settings["model_path"])))
+                                  title=os.path.basename(os.path.normpath(settings["model_path"])),
+                                  counts=summary["counts_by_length"])
     needles = [dict(p, length=p["length"]) for p in predictions if p.get("needle_position") is not None]
     if needles:
         summary["needle_heatmap"] = plots.plot_needle_heatmap(needles, os.path.join(save_path, "needle_heatmap.png"))
