@@ -191,6 +191,8 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
             aside = set_aside_previous_run(cfg.output_dir, inputs.ckpt_dir, inputs.has_checkpoint,
                                            cfg.checkpoint.overwrite)
             ckpt = _checkpointer(cfg, inputs)
+            if aside is not None:
+                ckpt.reclaim = aside.release_now
             start = 0
         # The run record: written once the restore succeeded (a refused resume leaves the run's record as it was).
         _write_run_record(cfg, plan)

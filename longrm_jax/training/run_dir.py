@@ -63,14 +63,19 @@ class SetAside:
     delete_when_replaced: bool
     released: bool = False
 
-    def release_if_replaced(self, new_checkpoint_done: bool) -> None:
-        """Delete the set-aside files once the new run has a complete checkpoint (process 0)."""
-        if self.released or not self.delete_when_replaced or not new_checkpoint_done:
-            return
+    def release_now(self) -> str | None:
+        """Delete the set-aside files at once if this run may (checkpoint.overwrite); returns where they were."""
+        if self.released or not self.delete_when_replaced:
+            return None
         for place in self.places:
             shutil.rmtree(place, ignore_errors=True)
         self.released = True
-        say(f"previous run deleted ({', '.join(self.places)}): this run's first checkpoint is complete")
+        return ", ".join(self.places)
+
+    def release_if_replaced(self, new_checkpoint_done: bool) -> None:
+        """Delete the set-aside files once the new run has a complete checkpoint (process 0)."""
+        if new_checkpoint_done and (place := self.release_now()):
+            say(f"previous run deleted ({place}): this run's first checkpoint is complete")
 
 
 def set_aside_previous_run(output_dir: str, ckpt_dir: str, has_checkpoint: bool, overwrite: bool) -> SetAside | None:
