@@ -1,7 +1,8 @@
 """The training run: mesh, data, model, state, the step loop, evaluation, checkpoints and metrics.
 
-``run`` reads as its steps: inputs (mesh, data, step count), the step's memory plan and compilation, the run
-record, model and state, restore, held-out accuracy before, the step loop (saves included), accuracy after.
+``run`` reads as its steps: inputs (mesh, data, step count), the step's memory plan and compilation, a resume's
+settings check, model and state, restore (or the previous run moved aside: training.run_dir), the run record,
+held-out accuracy before, the step loop (saves, SIGINT/SIGTERM: training.interrupt), accuracy after.
 """
 
 from __future__ import annotations

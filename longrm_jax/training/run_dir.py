@@ -106,7 +106,12 @@ def _move_aside(output_dir: str, ckpt_dir: str, has_checkpoint: bool, overwrite:
     places = [target]
     for name in records:
         os.rename(os.path.join(output_dir, name), os.path.join(target, name))
-    if ckpt_present:
+    if ckpt_present and os.path.realpath(ckpt_dir) == os.path.realpath(output_dir):
+        os.makedirs(os.path.join(target, "checkpoints"))  # checkpoint.dir is output_dir: move its step folders
+        for name in os.listdir(ckpt_dir):
+            if name.split(".")[0].isdigit():
+                os.rename(os.path.join(ckpt_dir, name), os.path.join(target, "checkpoints", name))
+    elif ckpt_present:
         try:
             os.rename(ckpt_dir, os.path.join(target, "checkpoints"))
         except OSError:  # another file system: rename beside it instead of copying (an 8B state is ~50 GB)
@@ -143,7 +148,8 @@ def check_resume_compatible(saved: dict, current: dict, ckpt_dir: str, step: int
     """Raise ``ResumeMismatchError`` naming every setting that differs from the checkpoint's and cannot change
     on a resume; return (and log) the other differences as ``"key: old -> new"``."""
     old, new = _flatten(saved), _flatten(current)
-    diffs = [(k, old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    # Keys only one side has are settings added or removed by a code change, not by the user: not compared.
+    diffs = [(k, old[k], new[k]) for k in sorted(set(old) & set(new)) if old[k] != new[k]]
     fixed = [f"{k} {a!r} -> {b!r}" for k, a, b in diffs if _fixed(k)]
     if fixed:
         raise ResumeMismatchError(
