@@ -377,8 +377,9 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
             ckpt.save(step, state, iterator.get_state(), cfg.to_dict(), mcfg)
             last_saved = step
         ckpt.wait()
-        if aside is not None and jax.process_index() == 0:
-            aside.release_if_replaced(last_saved > start)
+        if aside is not None and jax.process_index() == 0:  # a run that saves no checkpoint replaces by finishing
+            aside.release_if_replaced(True, "this run has finished" if last_saved == start else
+                                      "this run's first checkpoint is complete")
     finally:
         profiler.close()
         bar.close()

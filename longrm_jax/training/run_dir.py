@@ -5,8 +5,8 @@
   else (``check_fresh_run_allowed``). Once the new run has compiled its step, loaded its model and is about to
   train, the earlier run's checkpoints and records (metrics.jsonl, tensorboard/, config.yaml, memory_plan.json)
   are *moved* into ``<output_dir>/previous_run-<time>/`` (``set_aside_previous_run``), and deleted only once the
-  new run's first checkpoint is complete, and only under ``checkpoint.overwrite: true`` (records of a run that
-  left no checkpoint stay where they were moved). A run that fails before its first checkpoint leaves the old
+  new run's first checkpoint is complete (or the run finished, for runs that save none), and only under
+  ``checkpoint.overwrite: true`` (without it, records of a run that left no checkpoint stay where they were moved). A run that fails before its first checkpoint leaves the old
   run intact in that directory (logged). A checkpoint directory outside ``output_dir`` that cannot be renamed
   into it (another file system) goes to ``<checkpoint.dir>.previous-<time>`` instead.
 * A resumed run first compares the settings saved with the checkpoint with its own
@@ -72,10 +72,10 @@ class SetAside:
         self.released = True
         return ", ".join(self.places)
 
-    def release_if_replaced(self, new_checkpoint_done: bool) -> None:
-        """Delete the set-aside files once the new run has a complete checkpoint (process 0)."""
-        if new_checkpoint_done and (place := self.release_now()):
-            say(f"previous run deleted ({place}): this run's first checkpoint is complete")
+    def release_if_replaced(self, replaced: bool, why: str = "this run's first checkpoint is complete") -> None:
+        """Delete the set-aside files once the new run has replaced them (process 0)."""
+        if replaced and (place := self.release_now()):
+            say(f"previous run deleted ({place}): {why}")
 
 
 def set_aside_previous_run(output_dir: str, ckpt_dir: str, has_checkpoint: bool, overwrite: bool) -> SetAside | None:
@@ -118,12 +118,12 @@ def _move_aside(output_dir: str, ckpt_dir: str, has_checkpoint: bool, overwrite:
             beside = f"{os.path.normpath(ckpt_dir)}.previous-{stamp}"
             os.rename(ckpt_dir, beside)
             places.append(beside)
-    delete = overwrite and has_checkpoint
+    delete = overwrite
     what = ("checkpoints and records" if ckpt_present and records else "checkpoints" if ckpt_present
             else "records (" + ", ".join(records) + ")")
     say(f"previous run's {what} moved to {' and '.join(places)}; "
-        + ("deleted once this run's first checkpoint is complete (checkpoint.overwrite)" if delete
-           else "kept there"))
+        + ("deleted once this run's first checkpoint is complete, or the run has finished (checkpoint.overwrite)"
+           if delete else "kept there (checkpoint.overwrite is false)"))
     return SetAside(places=places, delete_when_replaced=delete)
 
 
