@@ -118,6 +118,27 @@ def test_summary_line_names_accuracy_speed_and_checkpoints():
         "wall time 83.2 s, 2,000 tokens/s (steps after the first, which compiles); checkpoint steps 50, 60")
 
 
+def test_set_aside_keeps_records_without_overwrite_and_moves_step_folders_of_an_output_dir_checkpoint(tmp_path):
+    from longrm_jax.training.run_dir import set_aside_previous_run
+
+    out = tmp_path / "run"
+    (out / "tensorboard").mkdir(parents=True)
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    kept = set_aside_previous_run(str(out), str(out / "checkpoints"), has_checkpoint=False, overwrite=False)
+    (place,) = kept.places
+    assert sorted(os.listdir(place)) == ["metrics.jsonl", "tensorboard"] and not (out / "metrics.jsonl").exists()
+    kept.release_if_replaced(True)
+    assert os.path.isdir(place)  # a run without checkpoint.overwrite deletes nothing
+    # checkpoint.dir == output_dir: the step folders move, the run directory (and its lock) stay.
+    other = tmp_path / "flat"
+    (other / "3" / "state").mkdir(parents=True)
+    (other / ".run.lock").write_text("{}")
+    moved = set_aside_previous_run(str(other), str(other), has_checkpoint=True, overwrite=True)
+    assert os.listdir(os.path.join(moved.places[0], "checkpoints")) == ["3"] and (other / ".run.lock").exists()
+    moved.release_if_replaced(True)
+    assert not os.path.exists(moved.places[0])
+
+
 def test_rerun_without_overwrite_is_refused_before_anything_moves(finished_run, tmp_path, capsys):
     out = _copy(finished_run, tmp_path / "run")
     before = _snapshot(out)
