@@ -127,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="reuse the predictions of task files a previous run with the same settings finished "
                              "(saved under SAVE_PATH/partial as each task file completes), and of the GRM samples "
                              "it finished in files it did not (journaled there as each sample completes)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the results of an earlier evaluation in --save-path (without it, and without "
+                             "--resume, such a save path is refused)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate at most N samples per task file")
     parser.add_argument("--no-progress", action="store_true", help="disable progress bars")
     parser.add_argument("--strict-kernels", action="store_true",
@@ -256,7 +259,7 @@ def _evaluate(argv: Sequence[str]) -> int:
         unroll_decode_layers=args.unroll_decode_layers,
         device_memory_gib=args.device_memory_gib, simulate_judgement_lengths=args.simulate_judgement_lengths,
         max_length=None if args.no_truncate else args.max_length, seed=args.seed, dtype=args.dtype,
-        limit=args.limit, share_prompt=args.share_prompt, resume=args.resume, progress=not args.no_progress,
+        limit=args.limit, share_prompt=args.share_prompt, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
         task_types=args.task_types, longform_protocol=args.longform_protocol, chat_template=args.chat_template,
     )
     try:

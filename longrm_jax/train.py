@@ -100,35 +100,58 @@ def _train(argv: list[str]) -> int:
         # JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS changes it (the tests store everything with 0).
         jax.config.update("jax_compilation_cache_dir", os.path.expanduser(cfg.compilation_cache))
     from longrm_jax.data.pipeline import NoTrainableDataError
+    from longrm_jax.training.interrupt import TrainingInterrupted
     from longrm_jax.training.loop import DegenerateDataError, NonFiniteLossError, run
+    from longrm_jax.training.run_dir import ResumeMismatchError
     from longrm_jax.training.run_lock import RunDirLockedError
 
     try:
         result = run(cfg, resume=args.resume)
+    except TrainingInterrupted as e:
+        print(str(e), file=sys.stderr)
+        return e.exit_code
     except (NonFiniteLossError, DegenerateDataError, NoTrainableDataError) as e:
         if args.debug:
             raise
         print(f"error: {e}", file=sys.stderr)
         return 3
-    except (FileExistsError, FileNotFoundError, RunDirLockedError) as e:
+    except (FileExistsError, FileNotFoundError, RunDirLockedError, ResumeMismatchError) as e:
         if args.debug:
             raise
         print(f"error: {e}", file=sys.stderr)
         return 2
     if result.accuracy_before is not None or result.accuracy_after is not None:
-        fmt = lambda a: "n/a" if a is None else f"{100 * a:.1f}%"  # noqa: E731
-        print(f"pairwise accuracy on held-out pairs: before {fmt(result.accuracy_before)}, "
-              f"after {fmt(result.accuracy_after)} ({result.final_step} steps)")
+        print(f"pairwise accuracy on held-out pairs: before {_percent(result.accuracy_before)}, "
+              f"after {_percent(result.accuracy_after)} ({result.final_step} steps)")
     elif result.no_eval_reason:
         print(f"pairwise accuracy on held-out pairs: not measured ({result.no_eval_reason})")
     if result.degenerate_groups:
         print(f"WARNING: {result.degenerate_groups} of {result.trained_groups} preference groups trained gave no "
               "gradient (chosen identical to rejected after truncation; see the log above)")
+    print(run_summary(result))
     print(f"checkpoints: {result.checkpoint_dir}")
     slow = slow_paths.summary_line()
     if slow:
         print(slow)
     return 0
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def run_summary(result) -> str:
+    """The end-of-run summary: steps, final loss, held-out accuracy, wall time, tokens/s, saved steps."""
+    steps = f"{result.final_step} steps" + (f" ({result.final_step - result.start_step} in this run, resumed at "
+                                            f"{result.start_step})" if result.start_step else "")
+    loss = result.last_metrics.get("loss")
+    accuracy = ("not measured" if result.accuracy_before is None and result.accuracy_after is None
+                else f"{_percent(result.accuracy_before)} -> {_percent(result.accuracy_after)}")
+    speed = (f"{result.tokens_per_s:,.0f} tokens/s (steps after the first, which compiles)"
+             if result.tokens_per_s else f"{result.tokens:,} tokens")
+    saved = ", ".join(map(str, result.saved_steps)) or "none"
+    return (f"summary: {steps}, final loss {'n/a' if loss is None else f'{loss:.4f}'}, held-out accuracy "
+            f"{accuracy}, wall time {result.wall_s:.1f} s, {speed}; checkpoint steps {saved}")
 
 
 if __name__ == "__main__":

@@ -128,7 +128,7 @@ def _child_env() -> dict:
 # ------------------------------------------------------------------------------------------------ ours
 def run_ours(args, kind: str, model: str, data: str, save: str) -> dict:
     cmd = [sys.executable, "-m", "longrm_jax.evaluate", "--model-path", model, "--data-path", data,
-           "--save-path", save, "--no-progress", "--dtype", "float32" if args.smoke else "bfloat16"]
+           "--save-path", save, "--overwrite", "--no-progress", "--dtype", "float32" if args.smoke else "bfloat16"]
     if kind == "grm":
         cmd += ["--max-new-tokens", str(args.max_new_tokens), "--simulate-judgement-lengths"]
         if args.batch_size:

@@ -270,3 +270,27 @@ def test_unroll_decode_layers_by_run_size():
     assert not unroll_decode_layers(dataclasses.replace(cfg, unroll_decode_layers="off"), samples=10**6)
     with pytest.raises(ValueError, match="auto, on or off"):
         unroll_decode_layers(dataclasses.replace(cfg, unroll_decode_layers="yes"), samples=1)
+
+
+def test_save_path_with_results_is_refused_without_overwrite(tmp_path, bench_dir, monkeypatch, capsys):
+    """An evaluation into a save path holding an earlier one's results used to overwrite them silently."""
+    from longrm_jax.evaluation import runner
+
+    model = _checkpoint(tmp_path / "rm", "llama", "classifier")
+    save = tmp_path / "out"
+    args = ["--model-path", model, "--data-path", str(bench_dir), "--is-disrm", "--save-path", str(save),
+            "--dtype", "float32", "--no-progress", "--limit", "1", "--tasks", "Code"]
+    assert evaluate.main(args) == 0
+    before = {p.name: p.read_bytes() for p in save.iterdir() if p.is_file()}
+    capsys.readouterr()
+    real_load = runner.load_model
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("refused before loading the model"))
+    assert evaluate.main(args + ["--seed", "7"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {save}: --save-path already holds the results of an earlier evaluation (results.json, results.csv, "
+        "predictions.jsonl, timings.json, partial): pass --resume to reuse its finished task files, --overwrite to "
+        "replace them, or another --save-path\n")
+    assert {p.name: p.read_bytes() for p in save.iterdir() if p.is_file()} == before
+    monkeypatch.setattr(runner, "load_model", real_load)
+    assert evaluate.main(args + ["--seed", "7", "--overwrite"]) == 0
+    assert json.loads((save / "results.json").read_text())["settings"]["seed"] == 7

@@ -151,6 +151,32 @@ def test_plots_write_files(tmp_path):
     assert (tmp_path / "needle.png").stat().st_size > 1000
 
 
+def test_accuracy_plot_shows_n_chance_and_unparsable_verdicts():
+    """A flat 0.0 made of judgements without a verdict must not look measured: each tick and legend entry carries
+    its sample count, a dashed line marks chance, and buckets with unparsable verdicts get a red cross and count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    predictions = [_pred("LongQA", "PairWise", "same", "4k", 1.0, verdict="A"),
+                   _pred("LongQA", "PairWise", "diff", "4k", 0.0, verdict="B"),
+                   _pred("Code", "PairWise", "diff", "8k", 0.0, verdict=None),
+                   _pred("Code", "PairWise", "diff", "8k", 0.0, verdict=None),
+                   _pred("Code", "PairWise", "diff", "8k", 0.0, verdict="A")]
+    counts = metrics.counts_by_length(predictions)
+    assert counts["All"] == {"4k": {"n": 2, "unparsable": 0}, "8k": {"n": 3, "unparsable": 2}}
+    fig, ax = plt.subplots()
+    plots.draw_accuracy_by_length(ax, metrics.accuracy_by_length(predictions), counts)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["4k\nn=2", "8k\nn=3"]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "Code (n=3, 2 unparsable)" in legend and "LongQA (n=2)" in legend and "All (n=5, 2 unparsable)" in legend
+    assert "chance (pairwise)" in legend
+    assert any(list(line.get_ydata()) == [0.5, 0.5] for line in ax.get_lines())
+    assert [t.get_text() for t in ax.texts] == ["2/3 unparsable"]
+    plt.close(fig)
+
+
 def test_position_intervals_equal_count():
     intervals = plots.position_intervals([0.9, 0.1, 0.5, 0.5, 0.3, 0.7, 0.2, 0.8, 0.0, 1.0])
     assert np.bincount(intervals).tolist() == [2, 2, 2, 2, 2]

@@ -53,6 +53,28 @@ def test_delete_oldest_makes_room_then_saves(tmp_path, monkeypatch, caplog):
     ck.close()
 
 
+def test_delete_oldest_frees_a_previous_run_set_aside_first(tmp_path, monkeypatch, caplog):
+    """A rerun with checkpoint.overwrite keeps the previous run aside until its first checkpoint exists; on a disk
+    that cannot hold both, delete_oldest deletes that previous run first (and "error" says so)."""
+    from longrm_jax.training.run_dir import SetAside
+
+    old = tmp_path / "run" / "previous_run-x"
+    (old / "checkpoints").mkdir(parents=True)
+    aside = SetAside(places=[str(old)], delete_when_replaced=True)
+    ck = ckpt_lib.Checkpointer(str(tmp_path / "run" / "c"), keep=2, async_save=False)
+    ck.reclaim = aside.release_now
+    _fake_disk(monkeypatch, lambda: (1 << 30) if not old.exists() else (1 << 20))
+    with pytest.raises(ckpt_lib.CheckpointDiskError, match="moved aside by checkpoint.overwrite"):
+        _save(ck, 1)
+    assert old.exists()  # the "error" policy deletes nothing
+    ck.on_low_disk = "delete_oldest"
+    with caplog.at_level("WARNING"):
+        _save(ck, 1)
+    assert not old.exists() and ck.manager.all_steps() == [1]
+    assert f"deleted the previous run set aside in {old} first" in caplog.text
+    ck.close()
+
+
 def test_bad_policy_is_refused(tmp_path):
     with pytest.raises(ValueError, match="on_low_disk"):
         ckpt_lib.Checkpointer(str(tmp_path / "c"), on_low_disk="sometimes")

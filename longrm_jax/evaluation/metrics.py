@@ -238,6 +238,19 @@ def agreement_report(predictions: Iterable[Mapping]) -> dict[str, float | int | 
     return report
 
 
+def counts_by_length(predictions: Iterable[Mapping]) -> dict[str, dict[str, dict[str, int]]]:
+    """Per task and overall (``"All"``) per length bucket: ``{"n": samples, "unparsable": samples whose judgement
+    held no parsable verdict}`` (scored 0: an accuracy made of them measures the output format, not the judge)."""
+    table: dict[str, dict[str, dict[str, int]]] = {}
+    for pred in predictions:
+        missing = int("verdict" in pred and pred["verdict"] is None)
+        for key in (pred["task"], "All"):
+            cell = table.setdefault(key, {}).setdefault(pred["length"], {"n": 0, "unparsable": 0})
+            cell["n"] += 1
+            cell["unparsable"] += missing
+    return table
+
+
 def accuracy_by_length(predictions: Iterable[Mapping]) -> dict[str, dict[str, float]]:
     """Mean sample score per task and overall (key ``"All"``) per length bucket, both formats together."""
     table: dict[str, dict[str, list[float]]] = {}

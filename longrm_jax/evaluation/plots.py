@@ -27,34 +27,70 @@ def _bucket_sort_key(bucket: str) -> float:
         return float("inf")
 
 
-def plot_accuracy_by_length(table: Mapping[str, Mapping[str, float]], path, title: str = "") -> None:
+# A random pairwise judgement is right half the time (Best-of-N partial credit has other chance levels).
+PAIRWISE_CHANCE = 0.5
+
+
+def plot_accuracy_by_length(table: Mapping[str, Mapping[str, float]], path, title: str = "",
+                            counts: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None) -> None:
     """Line plot of accuracy per length bucket: one thin line per task, a thick black one for ``"All"``.
 
     ``table`` maps a task (or ``"All"``) to {length bucket: accuracy}, as from
-    :func:`longrm_jax.evaluation.metrics.accuracy_by_length`.
+    :func:`longrm_jax.evaluation.metrics.accuracy_by_length`; ``counts`` the same keys to {"n", "unparsable"}
+    (:func:`~longrm_jax.evaluation.metrics.counts_by_length`), drawn as described in :func:`draw_accuracy_by_length`.
     """
     plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    draw_accuracy_by_length(ax, table, counts)
+    ax.set_title(title or "Accuracy by context length")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def draw_accuracy_by_length(ax, table: Mapping[str, Mapping[str, float]],
+                            counts: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None) -> None:
+    """The accuracy-by-length lines on ``ax``, with what a reader needs to trust a point: the pairwise chance
+    line; the number of samples per bucket (under each tick) and per task (legend); and, where judgements held no
+    parsable verdict (they score 0), a red cross on the overall point with their count, so that a flat 0.0 made
+    of unparsable outputs is not read as a measured accuracy."""
+    counts = counts or {}
     buckets = sorted({b for row in table.values() for b in row}, key=lambda b: (_bucket_sort_key(b), str(b)))
     x = np.arange(len(buckets))
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+
+    def cell(name, bucket):
+        return counts.get(name, {}).get(bucket, {"n": 0, "unparsable": 0})
+
+    def label(name):
+        n = sum(c["n"] for c in counts.get(name, {}).values())
+        bad = sum(c["unparsable"] for c in counts.get(name, {}).values())
+        if not n:
+            return name
+        return f"{name} (n={n}" + (f", {bad} unparsable" if bad else "") + ")"
+
     for name, row in sorted(table.items()):
         if name == "All":
             continue
         ys = [row.get(b, np.nan) for b in buckets]
-        ax.plot(x, ys, marker="o", linewidth=1.2, alpha=0.8, label=name)
+        ax.plot(x, ys, marker="o", linewidth=1.2, alpha=0.8, label=label(name))
     if "All" in table:
         ys = [table["All"].get(b, np.nan) for b in buckets]
-        ax.plot(x, ys, marker="s", linewidth=2.8, color="black", label="All")
-    ax.set_xticks(x, buckets)
-    ax.set_xlabel("context length bucket")
+        ax.plot(x, ys, marker="s", linewidth=2.8, color="black", label=label("All"))
+        flagged = [(i, y, cell("All", b)) for i, (b, y) in enumerate(zip(buckets, ys)) if cell("All", b)["unparsable"]]
+        if flagged:
+            ax.scatter([i for i, _, _ in flagged], [y for _, y, _ in flagged], marker="x", s=140, linewidths=2.5,
+                       color="red", zorder=5, label="judgements without a parsable verdict (scored 0)")
+            for i, y, c in flagged:
+                ax.annotate(f"{c['unparsable']}/{c['n']} unparsable", (i, y), textcoords="offset points",
+                            xytext=(0, 9), ha="center", fontsize=7, color="red")
+    ax.axhline(PAIRWISE_CHANCE, linestyle="--", linewidth=1.0, color="grey", label="chance (pairwise)")
+    ticks = [f"{b}\nn={cell('All', b)['n']}" if counts else str(b) for b in buckets]
+    ax.set_xticks(x, ticks)
+    ax.set_xlabel("context length bucket (n: samples)" if counts else "context length bucket")
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.set_title(title or "Accuracy by context length")
     ax.legend(fontsize=8, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def position_intervals(positions: Sequence[float], num_intervals: int = 5) -> np.ndarray:

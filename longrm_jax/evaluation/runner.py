@@ -48,8 +48,16 @@ from longrm_jax.hf.load import CheckpointError
 
 logger = logging.getLogger(__name__)
 
+
+
+class SavePathInUseError(FileExistsError):
+    """--save-path holds the results of an earlier evaluation and neither --resume nor --overwrite was given."""
+
+
 # Errors caused by the user's inputs (reported as one line by the CLI).
-USER_ERRORS = (BenchDataError, DataError, ModelDirError, CheckpointError)
+USER_ERRORS = (BenchDataError, DataError, ModelDirError, CheckpointError, SavePathInUseError)
+# What an evaluation writes into --save-path (besides {Task}.jsonl): their presence marks earlier results.
+RESULT_NAMES = ("results.json", "results.csv", "predictions.jsonl", "timings.json", "partial")
 
 
 @dataclasses.dataclass
@@ -79,6 +87,7 @@ class EvalConfig:
     limit: int | None = None  # at most this many samples per task file (smoke runs)
     share_prompt: bool = False  # DisRM: run each sample's common prompt prefix once (single device)
     resume: bool = False  # reuse per-task predictions in save_path/partial from a run with the same settings
+    overwrite: bool = False  # replace the results of an earlier evaluation in save_path (else refused)
     progress: bool = True
     task_types: Sequence[str] | None = None  # e.g. ("PairWise",): evaluate only those Long-RewardBench samples
     longform_protocol: str = "pointwise"  # GRM on Long-form files: "pointwise" (each response alone) or "joint"
@@ -89,6 +98,18 @@ class EvalConfig:
         if self.save_path:
             return self.save_path
         return os.path.join("results", os.path.basename(os.path.normpath(self.model_path)))
+
+
+def check_save_path(cfg: EvalConfig) -> None:
+    """Refuse a save path holding an earlier evaluation's results unless --resume (reuse them) or --overwrite."""
+    save = cfg.resolved_save_path()
+    if cfg.resume or cfg.overwrite or not os.path.isdir(save):
+        return
+    found = [name for name in RESULT_NAMES if os.path.exists(os.path.join(save, name))]
+    if found:
+        raise SavePathInUseError(
+            f"{save}: --save-path already holds the results of an earlier evaluation ({', '.join(found)}): pass "
+            "--resume to reuse its finished task files, --overwrite to replace them, or another --save-path")
 
 
 def load_samples(cfg: EvalConfig) -> list[EvalSample]:
@@ -264,6 +285,7 @@ def summarize(predictions: list[dict], tasks: Sequence[str]) -> dict:
     summary["results_rows"] = rows
     summary["both_orders"] = metrics.agreement_report(predictions)
     summary["accuracy_by_length"] = metrics.accuracy_by_length(predictions)
+    summary["counts_by_length"] = metrics.counts_by_length(predictions)
     summary["num_samples"] = len(predictions)
     summary["num_truncated"] = int(sum(p.get("truncated", False) for p in predictions))
     by_task: dict[str, list[int]] = {}
@@ -314,7 +336,8 @@ def write_outputs(save_path: str, predictions: list[dict], summary: dict, settin
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     metrics.write_results_csv(summary["results_rows"], os.path.join(save_path, "results.csv"))
     plots.plot_accuracy_by_length(summary["accuracy_by_length"], os.path.join(save_path, "accuracy_by_length.png"),
-                                  title=os.path.basename(os.path.normpath(settings["model_path"])))
+                                  title=os.path.basename(os.path.normpath(settings["model_path"])),
+                                  counts=summary["counts_by_length"])
     needles = [dict(p, length=p["length"]) for p in predictions if p.get("needle_position") is not None]
     if needles:
         summary["needle_heatmap"] = plots.plot_needle_heatmap(needles, os.path.join(save_path, "needle_heatmap.png"))
@@ -419,6 +442,7 @@ def run_evaluation(cfg: EvalConfig) -> dict:
         raise BenchDataError(f"longform protocol must be pointwise or joint, got {cfg.longform_protocol!r}")
     if cfg.queue not in ("run", "per-task"):
         raise BenchDataError(f"queue must be run or per-task, got {cfg.queue!r}")
+    check_save_path(cfg)
     check_model_kind(cfg)
     if cfg.dtype == "auto":
         cfg.dtype = resolve_dtype(cfg)

@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import os
 import shutil
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -66,9 +67,16 @@ class Checkpointer:
         self.on_low_disk = on_low_disk
         self.bounded = save_host_gb is not None
         self.manager = _manager(self.directory, keep=keep, async_save=async_save, save_host_gb=save_host_gb)
+        # Deletes a previous run that a rerun moved aside (training.run_dir) and returns where it was: the first
+        # thing "delete_oldest" frees when the disk cannot hold this run's first checkpoint beside it.
+        self.reclaim: Callable[[], str | None] | None = None
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
+
+    def is_complete(self, step: int) -> bool:
+        """Whether ``step`` is on disk and finalized (an asynchronous save still writing it is not)."""
+        return step in completed_steps(self.directory)
 
     def save(self, step: int, state, data_state: dict, config: dict, mcfg: ModelConfig) -> None:
         """Start an (asynchronous) save; device buffers are copied before this returns, so the caller may
@@ -93,6 +101,13 @@ class Checkpointer:
             return
         self.manager.wait_until_finished()  # a save in flight may still be writing (or deleting) steps
         free = shutil.disk_usage(self.directory).free
+        if free < need and self.on_low_disk == "delete_oldest" and self.reclaim is not None:
+            place, self.reclaim = self.reclaim(), None
+            if place:
+                log.warning("checkpoint step %d needs %.1f GB, %.1f GB free under %s: deleted the previous run set "
+                            "aside in %s first (checkpoint.on_low_disk=delete_oldest)", step, need / 1e9, free / 1e9,
+                            self.directory, place)
+                free = shutil.disk_usage(self.directory).free
         steps = sorted(self.manager.all_steps())
         while free < need and self.on_low_disk == "delete_oldest" and steps:
             old = steps.pop(0)
@@ -106,7 +121,9 @@ class Checkpointer:
                 f"checkpoint step {step} needs about {need / 1e9:.1f} GB, {free / 1e9:.1f} GB are free under "
                 f"{self.directory} (kept steps: {sorted(self.manager.all_steps()) or 'none'}). Free disk space, "
                 "point checkpoint.dir at a larger disk, lower checkpoint.keep, or set checkpoint.on_low_disk="
-                "delete_oldest (the older steps are deleted before the new one is written).")
+                "delete_oldest (the older steps are deleted before the new one is written)."
+                + (" A previous run moved aside by checkpoint.overwrite still takes space until this run's first "
+                   "checkpoint exists; delete_oldest deletes it first." if self.reclaim is not None else ""))
 
     def restore(self, state_template, step: int | None = None):
         """(state, data_state, step) of ``step`` (default: latest), placed like ``state_template``."""
@@ -141,6 +158,15 @@ def is_training_checkpoint(path: str) -> bool:
     if not os.path.isdir(path):
         return False
     return any(os.path.isdir(os.path.join(path, d, "state")) for d in os.listdir(path) if d.isdigit())
+
+
+def completed_steps(directory: str) -> list[int]:
+    """The finalized checkpoint steps in ``directory`` (orbax renames a step's temporary directory to its number
+    when the save is complete), ascending."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(d) for d in os.listdir(directory)
+                  if d.isdigit() and os.path.isdir(os.path.join(directory, d, "state")))
 
 
 def trained_model_config(directory: str, step: int | None = None) -> ModelConfig:

@@ -1,7 +1,8 @@
 """The training run: mesh, data, model, state, the step loop, evaluation, checkpoints and metrics.
 
-``run`` reads as its steps: inputs (mesh, data, step count), the step's memory plan and compilation, the run
-record, model and state, restore, held-out accuracy before, the step loop (saves included), accuracy after.
+``run`` reads as its steps: inputs (mesh, data, step count), the step's memory plan and compilation, a resume's
+settings check, model and state, restore (or the previous run moved aside: training.run_dir), the run record,
+held-out accuracy before, the step loop (saves, SIGINT/SIGTERM: training.interrupt), accuracy after.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import contextlib
 import dataclasses
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,14 +21,17 @@ from tqdm.auto import tqdm
 
 from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.training import batches as batch_lib
-from longrm_jax.training.checkpoint import Checkpointer, is_training_checkpoint
+from longrm_jax.training.checkpoint import Checkpointer, completed_steps, is_training_checkpoint, saved_run_config
 from longrm_jax.training.config import TrainConfig, to_yaml
 from longrm_jax.training.data_source import (count_batches, degenerate_groups, eval_batches, load_tokenizer,
                                              missing_eval_reason, train_iterator, train_records)
 from longrm_jax.training.data_source import slots as data_slots
 from longrm_jax.training.distributed import maybe_initialize
+from longrm_jax.training.interrupt import StopSignals, TrainingInterrupted
 from longrm_jax.training.memory_plan import peak_device_gib, plan_train_step
 from longrm_jax.training.model_setup import codec_for, load_model, model_config
+from longrm_jax.training.run_dir import (ResumeMismatchError, SetAside, check_fresh_run_allowed,
+                                         check_resume_compatible, set_aside_previous_run, trim_metrics)
 from longrm_jax.training.run_lock import RunLock
 from longrm_jax.training.state import abstract_state, create_state, lr_schedule, make_optimizer
 from longrm_jax.training.steps import StageSpec, jit_train_step, make_eval_step, make_train_step
@@ -46,6 +49,7 @@ class DegenerateDataError(RuntimeError):
 @dataclass
 class RunResult:
     final_step: int
+    start_step: int = 0  # the step this run started from (a resume's checkpoint step)
     accuracy_before: float | None = None
     accuracy_after: float | None = None
     last_metrics: dict = field(default_factory=dict)
@@ -55,6 +59,15 @@ class RunResult:
     degenerate_groups: int = 0
     trained_groups: int = 0
     no_eval_reason: str | None = None  # why no held-out accuracy was measured
+    wall_s: float = 0.0  # the whole run, start-up and compilation included
+    tokens: int = 0  # tokens trained by this run (padding excluded)
+    train_s: float = 0.0  # seconds in its train steps, the first (which compiles) excluded
+    timed_tokens: int = 0  # tokens of the steps train_s covers
+    saved_steps: list = field(default_factory=list)  # complete checkpoint steps at the end
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.timed_tokens / self.train_s if self.train_s > 0 else None
 
 
 def _log(msg: str) -> None:
@@ -136,23 +149,24 @@ class _RunInputs:
     total_steps: int
     num_rejects: int
     ckpt_dir: str
+    has_checkpoint: bool  # ckpt_dir holds a checkpoint (of an earlier run)
+    resumable: bool  # --resume and there is a checkpoint to continue from
 
 
 def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: StepCallback) -> RunResult:
+    started = time.perf_counter()
     inputs = _prepare_inputs(cfg, resume)
     tx = make_optimizer(cfg.optim, inputs.total_steps)
     schedule = lr_schedule(cfg.optim, inputs.total_steps)
     state_key = jax.random.key(cfg.seed + 1)
     cfg, plan, first_spec = _plan_step(cfg, inputs, tx, schedule, state_key)
-    writer = MetricsWriter(cfg.output_dir, tensorboard=cfg.tensorboard, append=resume)
-    stack.callback(writer.close)
-    _write_run_record(cfg, plan)
+    if inputs.resumable:  # before any weight is read or anything written: one line naming what differs
+        saved, saved_step = saved_run_config(inputs.ckpt_dir)
+        check_resume_compatible(saved, cfg.to_dict(), inputs.ckpt_dir, saved_step)
 
     # Built outside the mesh context: abstract NNX models would try to read their logical axis names as mesh
     # axes under it. Every array is placed with an explicit NamedSharding instead.
-    ckpt = Checkpointer(inputs.ckpt_dir, keep=cfg.checkpoint.keep, async_save=cfg.checkpoint.async_save,
-                        on_low_disk=cfg.checkpoint.on_low_disk, save_host_gb=cfg.checkpoint.save_host_gb)
-    if resume and ckpt.latest_step() is not None:
+    if inputs.resumable:
         # The checkpoint holds the whole state (LoRA's frozen base too): restore into an abstract one. Loading
         # the init weights first would read them for nothing and leave the restored 8B state scattered around
         # their freed buffers (a resumed Qwen3-8B run then failed to find 48 GiB in one piece for its update).
@@ -168,14 +182,34 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
         # The first batch waits for one window to be tokenized and packed.
         _log(f"data: packing windows of {iterator.cfg.resolved_window_groups} groups"
              f"{' (auto)' if cfg.data.window_groups is None else ''}, rows of {max(iterator.buckets)} tokens")
-        state, start = _restore(ckpt, state, iterator, resume, inputs.ckpt_dir)
+        aside = None
+        if inputs.resumable:
+            ckpt = _checkpointer(cfg, inputs)
+            state, start = _restore(ckpt, state, iterator, inputs.ckpt_dir)
+        else:
+            # Everything that could stop this run before training (memory plan, data, weights) has passed: only
+            # now does the previous run make way, moved aside until this run's first checkpoint exists.
+            aside = set_aside_previous_run(cfg.output_dir, inputs.ckpt_dir, inputs.has_checkpoint,
+                                           cfg.checkpoint.overwrite)
+            ckpt = _checkpointer(cfg, inputs)
+            if aside is not None:
+                ckpt.reclaim = aside.release_now
+            start = 0
+        # The run record: written once the restore succeeded (a refused resume leaves the run's record as it was).
+        _write_run_record(cfg, plan)
+        if start and jax.process_index() == 0:
+            trim_metrics(cfg.output_dir, start)
+        writer = MetricsWriter(cfg.output_dir, tensorboard=cfg.tensorboard, append=bool(start),
+                               purge_step=start + 1 if start else None)
+        stack.callback(writer.close)
         steps_by_groups = _StepsByGroups(cfg, codec, tx, schedule, state_sh, inputs, first_spec, plan.step)
         eval_fn = _eval_step(cfg, codec, inputs)
-        result = RunResult(final_step=start, checkpoint_dir=inputs.ckpt_dir, no_eval_reason=inputs.no_eval_reason)
+        result = RunResult(final_step=start, start_step=start, checkpoint_dir=inputs.ckpt_dir,
+                           no_eval_reason=inputs.no_eval_reason)
         if cfg.eval_before and start == 0 and inputs.eval_host:
             result.accuracy_before = _held_out_accuracy(eval_fn, state, inputs, writer, 0, "before")
         state, step = _train_steps(cfg, inputs, mcfg, state, start, steps_by_groups, iterator, ckpt, writer,
-                                   result, on_step)
+                                   result, on_step, aside)
         result.final_step = step
         if result.degenerate_groups:
             _log("WARNING: " + degenerate_message(cfg.data.seq_len, result.degenerate_groups, result.trained_groups,
@@ -184,12 +218,24 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
             result.accuracy_after = _held_out_accuracy(eval_fn, state, inputs, writer, step, "after")
         writer.close()
         result.state = state
+    result.wall_s = time.perf_counter() - started
+    result.saved_steps = completed_steps(inputs.ckpt_dir)
     return result
 
 
+def _checkpointer(cfg: TrainConfig, inputs: _RunInputs) -> Checkpointer:
+    return Checkpointer(inputs.ckpt_dir, keep=cfg.checkpoint.keep, async_save=cfg.checkpoint.async_save,
+                        on_low_disk=cfg.checkpoint.on_low_disk, save_host_gb=cfg.checkpoint.save_host_gb)
+
+
 def _prepare_inputs(cfg: TrainConfig, resume: bool) -> _RunInputs:
-    """The mesh, tokenizer, training records, held-out batches, step count; a fresh run's old checkpoints are
-    cleared (or refused) here, before anything expensive."""
+    """The mesh, tokenizer, training records, held-out batches, step count. A fresh run into an earlier run's
+    checkpoints without checkpoint.overwrite is refused here, before anything expensive (nothing is moved or
+    deleted yet: run_dir)."""
+    ckpt_dir = cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints")
+    has_checkpoint = is_training_checkpoint(ckpt_dir)
+    if not resume:  # a refused run should stop in seconds
+        check_fresh_run_allowed(ckpt_dir, cfg.checkpoint.overwrite, has_checkpoint)
     m = cfg.mesh
     sizes = (m.data, m.fsdp, m.seq, m.tensor)
     devices = jax.devices()
@@ -210,25 +256,12 @@ def _prepare_inputs(cfg: TrainConfig, resume: bool) -> _RunInputs:
         total_steps = max(1, math.ceil(cfg.epochs * per_epoch))
         _log(f"steps=0: training by epochs ({cfg.epochs} x {per_epoch} batches per epoch = {total_steps} steps); "
              "set steps=N for a fixed number of optimizer steps")
-    ckpt_dir = cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints")
-    _clear_old_checkpoints(cfg, ckpt_dir, resume)
+    if resume and not has_checkpoint:
+        _log(f"--resume: no checkpoint in {ckpt_dir}; starting from scratch")
     return _RunInputs(mesh=mesh, seq_shards=int(mesh.shape["seq"]), slots=data_slots(cfg), tokenizer=tokenizer,
                       records=records, eval_host=eval_host, no_eval_reason=no_eval_reason, total_steps=total_steps,
-                      num_rejects=0 if cfg.stage == "sft" else cfg.data.num_rejects, ckpt_dir=ckpt_dir)
-
-
-def _clear_old_checkpoints(cfg: TrainConfig, ckpt_dir: str, resume: bool) -> None:
-    if resume or not is_training_checkpoint(ckpt_dir):
-        return
-    if not cfg.checkpoint.overwrite:
-        raise FileExistsError(f"{ckpt_dir} already holds checkpoints of an earlier run: pass --resume to "
-                              "continue it, --set checkpoint.overwrite=true to replace it, or another output_dir")
-    if jax.process_index() == 0:
-        shutil.rmtree(ckpt_dir)
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices("longrm_checkpoint_dir_cleared")
+                      num_rejects=0 if cfg.stage == "sft" else cfg.data.num_rejects, ckpt_dir=ckpt_dir,
+                      has_checkpoint=has_checkpoint, resumable=resume and has_checkpoint)
 
 
 def _plan_step(cfg: TrainConfig, inputs: _RunInputs, tx, schedule, state_key):
@@ -255,16 +288,18 @@ def _write_run_record(cfg: TrainConfig, plan) -> None:
     plan.write(os.path.join(cfg.output_dir, "memory_plan.json"))
 
 
-def _restore(ckpt: Checkpointer, state, iterator, resume: bool, ckpt_dir: str):
-    """(state, first step): the newest checkpoint's with ``resume``, else the fresh state at step 0."""
-    if resume and ckpt.latest_step() is not None:
+def _restore(ckpt: Checkpointer, state, iterator, ckpt_dir: str):
+    """(state, first step) of the newest checkpoint. The settings were compared before (run_dir); a state that
+    still does not fit is reported in one line, not as orbax's tree dump."""
+    try:
         state, data_state, start = ckpt.restore(state)
-        iterator.set_state(data_state)
-        _log(f"resumed from {ckpt_dir} at step {start}")
-        return state, start
-    if resume:
-        _log(f"--resume: no checkpoint in {ckpt_dir}; starting from scratch")
-    return state, 0
+    except (ValueError, KeyError, TypeError) as e:
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise ResumeMismatchError(f"cannot resume from {ckpt_dir}: its state does not fit this run's "
+                                  f"({first[:200]}); resume with the checkpoint's settings or start a new run") from e
+    iterator.set_state(data_state)
+    _log(f"resumed from {ckpt_dir} at step {start}")
+    return state, start
 
 
 class _StepsByGroups:
@@ -300,9 +335,11 @@ def _held_out_accuracy(eval_fn, state, inputs: _RunInputs, writer: MetricsWriter
 
 
 def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, steps_by_groups: _StepsByGroups,
-                 iterator, ckpt: Checkpointer, writer: MetricsWriter, result: RunResult, on_step: StepCallback):
+                 iterator, ckpt: Checkpointer, writer: MetricsWriter, result: RunResult, on_step: StepCallback,
+                 aside: SetAside | None = None):
     """The step loop from ``start`` to ``total_steps``: batches, updates, metrics, periodic and final saves.
-    Returns (final state, steps done); the iterator and checkpointer are closed however it ends."""
+    Returns (final state, steps done); the iterator and checkpointer are closed however it ends. SIGINT/SIGTERM
+    end it after the step in flight with a checkpoint of that step (training.interrupt)."""
     total_steps, num_rejects = inputs.total_steps, inputs.num_rejects
     peak = peak_flops(list(inputs.mesh.devices.flat))
     lora = LoraFlops.of(state.params) if state.frozen else None  # a frozen base: no weight gradients to count
@@ -312,45 +349,39 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
     step = start
     profiler = StepProfiler(cfg.profile.start, cfg.profile.steps,
                             cfg.profile.dir or os.path.join(cfg.output_dir, "profile"))
+    signals = StopSignals(announce=_log)
     try:
-        while step < total_steps:
-            host = next(iterator)  # this process's rows of the global batch
-            if num_rejects:
-                bad, groups = degenerate_groups(host, 1 + num_rejects)
-                if step == start and groups and bad == groups:
-                    raise DegenerateDataError(degenerate_message(cfg.data.seq_len, bad, groups, "of the first batch"))
-                result.degenerate_groups += bad
-                result.trained_groups += groups
-            step_fn = steps_by_groups(_global_max_groups(host))
-            batch = batch_lib.to_global(batch_lib.prepare(host, seq_shards=inputs.seq_shards, slots=inputs.slots),
-                                        inputs.mesh)
-            profiler.before(step + 1)
-            t0 = time.perf_counter()
-            state, metrics = step_fn(state, batch)
-            metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-            dt = time.perf_counter() - t0
-            step += 1
-            profiler.after(step)
-            if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])):
-                ckpt.wait()
-                good = ckpt.latest_step()
-                raise NonFiniteLossError(
-                    f"non-finite loss ({metrics['loss']}) or gradient norm ({metrics['grad_norm']}) at step "
-                    f"{step}; stopping without saving it. Last good checkpoint: "
-                    f"{'step ' + str(good) + ' in ' + inputs.ckpt_dir if good is not None else 'none'}")
-            metrics = _throughput(metrics, mcfg, cfg.head, host, inputs, dt, peak, lora)
-            result.last_metrics = metrics
-            if step % cfg.log_every == 0 or step == total_steps:
-                writer.write(step, metrics)
-            bar.update(1)
-            bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{metrics['tokens_per_s']:.0f}")
-            on_step(step, "trained")
-            if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
-                ckpt.save(step, state, iterator.get_state(), cfg.to_dict(), mcfg)
-                last_saved = step
-                on_step(step, "saving")
+        with signals:
+            while step < total_steps:
+                state, step = _one_step(cfg, inputs, mcfg, state, step, start, steps_by_groups, iterator, ckpt,
+                                        result, peak, profiler, lora)
+                metrics = result.last_metrics
+                if step % cfg.log_every == 0 or step == total_steps:
+                    writer.write(step, metrics)
+                    if not cfg.progress:  # no bar: a line per logged step instead
+                        _log(_step_line(step, total_steps, metrics))
+                bar.update(1)
+                bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{metrics['tokens_per_s']:.0f}")
+                on_step(step, "trained")
+                stop = signals.agreed()
+                if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or (stop and step != last_saved):
+                    ckpt.save(step, state, iterator.get_state(), cfg.to_dict(), mcfg)
+                    last_saved = step
+                    on_step(step, "saving")
+                if aside is not None and jax.process_index() == 0:
+                    aside.release_if_replaced(ckpt.is_complete(last_saved) if last_saved > start else False)
+                if stop:
+                    ckpt.wait()
+                    if aside is not None and jax.process_index() == 0:
+                        aside.release_if_replaced(last_saved > start)
+                    raise TrainingInterrupted(stop, step, total_steps, inputs.ckpt_dir, saved=last_saved == step)
         if last_saved != step and cfg.checkpoint.at_end:
             ckpt.save(step, state, iterator.get_state(), cfg.to_dict(), mcfg)
+            last_saved = step
+        ckpt.wait()
+        if aside is not None and jax.process_index() == 0:  # a run that saves no checkpoint replaces by finishing
+            aside.release_if_replaced(True, "this run has finished" if last_saved == start else
+                                      "this run's first checkpoint is complete")
     finally:
         profiler.close()
         bar.close()
@@ -359,6 +390,53 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
         if step < total_steps:  # stopped by an error: flush what was logged
             writer.close()
     return state, step
+
+
+def _one_step(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, step: int, start: int,
+              steps_by_groups: _StepsByGroups, iterator, ckpt: Checkpointer, result: RunResult, peak, profiler,
+              lora: LoraFlops | None = None):
+    """Train step ``step + 1``: its batch, the update, the finite-loss check; metrics into ``result``."""
+    host = next(iterator)  # this process's rows of the global batch
+    if inputs.num_rejects:
+        bad, groups = degenerate_groups(host, 1 + inputs.num_rejects)
+        if step == start and groups and bad == groups:
+            raise DegenerateDataError(degenerate_message(cfg.data.seq_len, bad, groups, "of the first batch"))
+        result.degenerate_groups += bad
+        result.trained_groups += groups
+    step_fn = steps_by_groups(_global_max_groups(host))
+    batch = batch_lib.to_global(batch_lib.prepare(host, seq_shards=inputs.seq_shards, slots=inputs.slots),
+                                inputs.mesh)
+    profiler.before(step + 1)
+    t0 = time.perf_counter()
+    state, metrics = step_fn(state, batch)
+    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    dt = time.perf_counter() - t0
+    step += 1
+    profiler.after(step)
+    if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])):
+        ckpt.wait()
+        good = ckpt.latest_step()
+        raise NonFiniteLossError(
+            f"non-finite loss ({metrics['loss']}) or gradient norm ({metrics['grad_norm']}) at step "
+            f"{step}; stopping without saving it. Last good checkpoint: "
+            f"{'step ' + str(good) + ' in ' + inputs.ckpt_dir if good is not None else 'none'}")
+    tokens = int(metrics["tokens"])
+    result.tokens += tokens
+    if step > start + 1:  # the run's first step includes its compilation
+        result.train_s += dt
+        result.timed_tokens += tokens
+    result.last_metrics = _throughput(metrics, mcfg, cfg.head, host, inputs, dt, peak, lora)
+    return state, step
+
+
+def _step_line(step: int, total_steps: int, metrics: dict) -> str:
+    """A console line for a logged step when no progress bar is shown (``progress: false``)."""
+    parts = [f"step {step}/{total_steps}", f"loss {metrics['loss']:.4f}"]
+    for key, fmt in (("accuracy", "{:.3f}"), ("grad_norm", "{:.3g}"), ("lr", "{:.3g}"), ("tokens_per_s", "{:.0f}"),
+                     ("step_s", "{:.3f}")):
+        if metrics.get(key) is not None:
+            parts.append(f"{key} {fmt.format(metrics[key])}")
+    return "  ".join(parts)
 
 
 def _throughput(metrics: dict, mcfg, head: str, host: dict, inputs: _RunInputs, dt: float, peak,

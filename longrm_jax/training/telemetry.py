@@ -93,19 +93,23 @@ class MetricsWriter:
     """Appends one JSON object per logged step to ``metrics.jsonl`` and mirrors scalars to TensorBoard.
     Only process 0 writes."""
 
-    def __init__(self, out_dir: str, *, tensorboard: bool = True, append: bool = False):
+    def __init__(self, out_dir: str, *, tensorboard: bool = True, append: bool = False,
+                 purge_step: int | None = None):
         self.enabled = jax.process_index() == 0
         self.jsonl = None
         self.tb = None
         if not self.enabled:
             return
         os.makedirs(out_dir, exist_ok=True)
-        # A resumed run continues the file; a fresh one starts it over.
+        # A resumed run continues the file (its replayed steps cut first: training.run_dir.trim_metrics); a fresh
+        # one starts it over (an earlier run's file was moved aside).
         self.jsonl = open(os.path.join(out_dir, "metrics.jsonl"), "a" if append else "w", encoding="utf-8")
         if tensorboard:
             from tensorboardX import SummaryWriter
 
-            self.tb = SummaryWriter(os.path.join(out_dir, "tensorboard"))
+            # purge_step: TensorBoard drops the events of steps >= it that earlier files of this directory hold
+            # (the steps a resume replays), instead of drawing both.
+            self.tb = SummaryWriter(os.path.join(out_dir, "tensorboard"), purge_step=purge_step)
 
     def write(self, step: int, metrics: dict, prefix: str = "train") -> None:
         if not self.enabled:

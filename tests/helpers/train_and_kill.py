@@ -1,6 +1,7 @@
-"""``python -m longrm_jax.train`` with a fault injected: SIGKILL the process at a step or while a save is in flight.
+"""``python -m longrm_jax.train`` with a fault injected: SIGKILL the process at a step or while a save is in flight,
+or send it another signal there (``trained:SIGTERM``: as a preempting scheduler would).
 
-    python tests/helpers/train_and_kill.py {trained|saving} STEP [train CLI arguments ...]
+    python tests/helpers/train_and_kill.py {trained|saving}[:SIGNAL] STEP [train CLI arguments ...]
 
 Installs ``training.loop.run``'s ``on_step`` callback, then runs the training CLI's own ``main``, so what is killed
 is exactly the command users run (tests/test_training_resume.py).
@@ -13,13 +14,15 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    event, kill_step, train_args = argv[0], int(argv[1]), argv[2:]
+    event, _, name = argv[0].partition(":")
+    kill_step, train_args = int(argv[1]), argv[2:]
+    sig = getattr(signal, name or "SIGKILL")
     from longrm_jax import train
     from longrm_jax.training import loop
 
     def kill_at(step: int, what: str) -> None:
         if what == event and step == kill_step:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), sig)
 
     loop.run = functools.partial(loop.run, on_step=kill_at)
     return train.main(train_args)
