@@ -89,7 +89,8 @@ class LossSection:
     chunk_tokens: int = 8192  # tokens per chunk of the fp32 logits in response log-probs
     # SimPO loss: "sigmoid" (-log s(z), label smoothing applies) or "hinge" (relu(1 - z)), z = beta dpi - gamma.
     loss_type: str = "sigmoid"
-    # "upstream": mean over each microbatch's pairs (SFT: of per-sample token means), then over microbatches;
+    # "upstream": mean over each microbatch's pairs, then over microbatches (SFT: mean over the step's samples of
+    # per-sample token means, as upstream's one sample per micro-step);
     # "global_tokens": one mean over the global batch's pairs (SFT: trained tokens). README "Loss reduction".
     reduction: str = "upstream"
 
