@@ -81,7 +81,8 @@ def packed_batches(cfg: TrainConfig, tokenizer: ChatTokenizer, records, *, sft: 
     groups = [tokenizer.tokenize(rec, num_rejects=max(r, 1), truncation=trunc) for rec in records]
     k = slots(cfg)
     return pack_batches(groups, ((k or 1) * cfg.data.seq_len,), batch_rows, 1 + r, tokenizer.pad_id,
-                        tokenizer.eos_id, cfg.data.truncation, slotted=k is not None)
+                        tokenizer.eos_id, cfg.data.truncation, slotted=k is not None,
+                        max_groups=cfg.data.groups_per_row)
 
 
 def train_records(cfg: TrainConfig):
@@ -111,7 +112,7 @@ def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, 
         bucket_scheme=d.bucket_scheme,
         batch_size=cfg.pipeline_rows_per_step, seed=cfg.seed, shuffle=d.shuffle, num_epochs=num_epochs,
         window_groups=d.window_groups, worker_count=max(1, d.worker_count), slotted=k > 1, seq_len=d.seq_len,
-        truncation=d.truncation,
+        truncation=d.truncation, groups_per_row=d.groups_per_row,
     )
 
 
