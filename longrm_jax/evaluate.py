@@ -56,15 +56,19 @@ def build_parser() -> argparse.ArgumentParser:
                              "present, else every *.jsonl in --data-path)")
     parser.add_argument("--task-types", nargs="+", default=None, choices=("PairWise", "BestOfN"),
                         help="Long-RewardBench: evaluate only these sample types (default: both)")
-    parser.add_argument("--longform-protocol", default="pointwise", choices=("pointwise", "joint"),
-                        help="GRM on Long-form RewardBench records: pointwise (each response judged alone, "
-                             "a '**Result:** x.y' score, as the benchmark's own code; default) or joint (all "
-                             "answers ranked in one prompt)")
+    parser.add_argument("--longform-protocol", default="upstream", choices=("upstream", "pointwise", "joint"),
+                        help="GRM on Long-form RewardBench records: upstream (default: the benchmark's own "
+                             "protocol exactly: each response judged alone by its raw-text prompt, no chat "
+                             "template, the first strict '**Result:** x.y' is the score, an unparsed score makes "
+                             "the sample wrong and leaves its pairs out of binary accuracy), pointwise (ours: each "
+                             "response alone through the chat template, lenient parser, an unparsed score loses) "
+                             "or joint (all answers ranked in one prompt)")
     parser.add_argument("--chat-template", default=None, metavar="FILE",
                         help="Jinja chat template file used instead of the tokenizer's (for tokenizers that "
                              "have none)")
-    parser.add_argument("--max-new-tokens", type=int, default=2048,
-                        help="GRM: generation budget per judgement, greedy (default: %(default)s)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="GRM: generation budget per judgement, greedy (default: 2048; Long-form records "
+                             "under the upstream protocol: 1024, as the benchmark's script)")
     parser.add_argument("--both-orders", action="store_true",
                         help="also judge the swapped order (pairwise) / every cyclic rotation (Best-of-N) and "
                              "report position-bias agreement in results.json")
@@ -253,7 +257,7 @@ def _evaluate(argv: Sequence[str]) -> int:
 
     cfg = EvalConfig(
         model_path=args.model_path, data_path=args.data_path, save_path=args.save_path, is_disrm=args.is_disrm,
-        tasks=args.tasks, max_new_tokens=args.max_new_tokens, both_orders=args.both_orders,
+        tasks=args.tasks, max_new_tokens=args.max_new_tokens or 2048, both_orders=args.both_orders,
         batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, mesh=args.mesh,
         static_batches=args.static_batches, queue=args.queue, decode_chunk=args.decode_chunk, decode_attention=args.decode_attention,
         unroll_decode_layers=args.unroll_decode_layers,
@@ -261,6 +265,7 @@ def _evaluate(argv: Sequence[str]) -> int:
         max_length=None if args.no_truncate else args.max_length, seed=args.seed, dtype=args.dtype,
         limit=args.limit, share_prompt=args.share_prompt, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
         task_types=args.task_types, longform_protocol=args.longform_protocol, chat_template=args.chat_template,
+        longform_max_new_tokens=args.max_new_tokens,
     )
     try:
         summary = run_evaluation(cfg)
@@ -281,7 +286,7 @@ def format_summary(summary: dict) -> str:
     """The console table: results rows (a group without samples prints empty), AUC and, for a generative
     judge, how many judgements held no parsable verdict."""
     agreement = summary.get("both_orders") or {}
-    labels = list(summary["results"]) + ["AUC", "unparsable verdicts"]
+    labels = list(summary["results"]) + ["AUC", "unparsable verdicts", "Long-form protocol", "needle heatmap"]
     labels += ["both-orders agreement"] if agreement.get("samples") else []
     width = max(len(label) for label in labels)
     lines = [f"{label:<{width}}  {'' if value is None else f'{value:.5f}'}".rstrip()
@@ -291,6 +296,10 @@ def format_summary(summary: dict) -> str:
     if agreement.get("samples"):
         lines.append(f"{'both-orders agreement':<{width}}  {agreement['agreement']:.5f} of {agreement['samples']} "
                      f"samples (same best answer: {agreement['top1_agreement']:.5f})")
+    if summary.get("long_form_protocol"):
+        lines.append(f"{'Long-form protocol':<{width}}  {summary['long_form_protocol']}")
+    if summary.get("needle_heatmap_note"):
+        lines.append(f"{'needle heatmap':<{width}}  {summary['needle_heatmap_note']}")
     verdicts = summary.get("unparsable_verdicts")
     if verdicts:
         lines.append(f"{'unparsable verdicts':<{width}}  {verdicts['unparsable']} of {verdicts['judgements']} "

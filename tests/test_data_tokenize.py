@@ -85,7 +85,8 @@ def test_eos_appended_when_template_lacks_it():
     sample = tok.tokenize(SFTRecord(PROMPT, "It is falcon.", PROV)).samples[0]
     prompt_text = "system: Be brief.\nuser: What is the password?\nassistant: "
     n_prompt = len(tok.encode(prompt_text))
-    resp = tok.encode("It is falcon.").tolist() + [tok.eos_id]
+    resp = tok.encode("It is falcon. <|endoftext|>").tolist()  # upstream appends " " + eos_token as text
+    assert resp[-1] == tok.eos_id and tok.hf.decode(resp[-2:-1]) == " "
     assert sample.input_ids.tolist() == tok.encode(prompt_text).tolist() + resp
     assert sample.loss_mask.tolist() == [0] * n_prompt + [1] * len(resp)
 

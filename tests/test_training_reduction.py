@@ -1,4 +1,5 @@
-"""``loss.reduction``: ``upstream`` (mean over each microbatch's items, then over microbatches) and
+"""``loss.reduction``: ``upstream`` (SimPO: mean over each microbatch's pairs, then over microbatches; SFT: mean over
+the step's samples of per-sample token means) and
 ``global_tokens`` (one mean over the global batch), each checked against a hand-computed reduction of per-item
 losses on a packed batch with accumulation 2 (loss value and gradient)."""
 
@@ -54,6 +55,9 @@ def _per_item_losses(cfg, codec, spec, params, batch):
 
 def _hand_upstream(cfg, codec, spec, params, batch):
     per, valid, _ = _per_item_losses(cfg, codec, spec, params, batch)
+    if spec.stage == "sft":  # upstream trains one sample per micro step: every sample of the step weighs alike
+        w = valid.astype(jnp.float32)
+        return (per * w).sum() / w.sum()
     means = []
     for m in range(cfg.grad_accum):  # microbatch m holds rows m, m + accum, ... (training.steps)
         rows = np.arange(m, per.shape[0], cfg.grad_accum)
@@ -84,7 +88,9 @@ def test_reduction_matches_hand_computation(stage, reduction):
     np.testing.assert_allclose(aux["objective"], expected, rtol=2e-5)
     for k in values:
         np.testing.assert_allclose(grads[k], expected_grads[k], rtol=2e-4, atol=1e-7, err_msg=k)
-    # the two reductions really differ on this batch (unequal microbatches / sample lengths)
+    if stage == "sft":  # the synthetic SFT responses are of one length here: the two reductions coincide (the
+        return          # packed-SFT weighting is checked on unequal samples in tests/test_training_reference.py)
+    # the two reductions really differ on this batch (unequal microbatches)
     other = _hand_global if reduction == "upstream" else _hand_upstream
     assert abs(float(other(cfg, codec, spec, values, batch)) - float(expected)) > 1e-4
 

@@ -116,8 +116,10 @@ def _row_cost(group: TokenizedGroup, slots: int | None) -> int:
     return group.num_tokens if slots is None else slots * max(len(s) for s in group.samples)
 
 
-def pack_rows(groups: Sequence[TokenizedGroup], capacity: int, slots: int | None = None) -> list[PackedRow]:
-    """First-fit-decreasing bin packing (deterministic: ties keep input order). Groups must fit `capacity`.
+def pack_rows(groups: Sequence[TokenizedGroup], capacity: int, slots: int | None = None,
+              max_groups: int | None = None) -> list[PackedRow]:
+    """First-fit-decreasing bin packing (deterministic: ties keep input order). Groups must fit `capacity`;
+    `max_groups`: at most that many groups per row (1: a row per group, e.g. upstream SFT's one sample per step).
 
     With `slots`, every group gets a row of its own, costing `slots * longest sample` (see the module notes).
     """
@@ -132,7 +134,7 @@ def pack_rows(groups: Sequence[TokenizedGroup], capacity: int, slots: int | None
             rows.append(PackedRow([g], n))
             continue
         for row in rows:
-            if row.used + n <= capacity:
+            if row.used + n <= capacity and (max_groups is None or len(row.groups) < max_groups):
                 row.groups.append(g)
                 row.used += n
                 break
@@ -217,7 +219,7 @@ def own_row_length(capacity: int, group_size: int) -> int:
 
 
 def plan_rows(groups: Sequence[TokenizedGroup], capacity: int, group_size: int, eos_id: int,
-              policy: str = "prompt_middle", stats: TruncationStats | None = None
+              policy: str = "prompt_middle", stats: TruncationStats | None = None, max_groups: int | None = None
               ) -> tuple[list[PackedRow], list[PackedRow]]:
     """(shared rows of up to `capacity` tokens, own rows of one long group each) for `groups`.
 
@@ -229,12 +231,13 @@ def plan_rows(groups: Sequence[TokenizedGroup], capacity: int, group_size: int, 
     own = [PackedRow([g], g.num_tokens) for g in fitted if g.num_tokens > capacity]
     if own and stats is not None:
         stats.count("own_row_groups", len(own))
-    return pack_rows(shared, capacity), own
+    return pack_rows(shared, capacity, max_groups=max_groups), own
 
 
 def pack_batches(groups: Sequence[TokenizedGroup], buckets: Sequence[int], batch_rows: int, group_size: int,
                  pad_id: int, eos_id: int, policy: str = "prompt_middle",
-                 stats: TruncationStats | None = None, slotted: bool = False) -> list[dict]:
+                 stats: TruncationStats | None = None, slotted: bool = False,
+                 max_groups: int | None = None) -> list[dict]:
     """Fit, pack and batch `groups` (one window of the pipeline). Deterministic in its inputs.
 
     Shared rows are batched by `buckets`; groups too long to share the largest row (`plan_rows`) come in
@@ -248,7 +251,7 @@ def pack_batches(groups: Sequence[TokenizedGroup], buckets: Sequence[int], batch
         fitted = [fit_group_slots(g, capacity // group_size, policy, eos_id, stats) for g in groups]
         rows = pack_rows(drop_untrainable(fitted, stats), capacity, group_size)
         return rows_to_batches(rows, buckets, batch_rows, group_size, pad_id, slotted)
-    rows, own = plan_rows(groups, capacity, group_size, eos_id, policy, stats)
+    rows, own = plan_rows(groups, capacity, group_size, eos_id, policy, stats, max_groups)
     batches = rows_to_batches(rows, buckets, batch_rows, group_size, pad_id)
     if own:
         batches += rows_to_batches(own, (own_row_length(capacity, group_size),), batch_rows, group_size, pad_id)

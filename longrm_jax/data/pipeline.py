@@ -85,6 +85,7 @@ class PipelineConfig:
     truncation: str = "prompt_middle"
     seq_len: int | None = None  # tokens per sequence at most, before packing (default: the longest row / slot)
     slotted: bool = False  # preference stages: one group per row, each sample in its own equal slot
+    groups_per_row: int | None = None  # packed rows: at most this many groups (SFT samples) per row
     skip_bad_rows: bool = False
     reject_selection: str = "first"  # "first" or "random" (seeded per row, as upstream's random.sample)
     process_index: int = 0
@@ -225,7 +226,7 @@ class _WindowPacker:
             except DataError as e:
                 self._skip(e)
         batches = pack_batches(groups, cfg.resolved_buckets, cfg.batch_size, cfg.group_size, self.tok.pad_id,
-                               self.tok.eos_id, cfg.truncation, self.stats, cfg.slotted)
+                               self.tok.eos_id, cfg.truncation, self.stats, cfg.slotted, cfg.groups_per_row)
         with self._lock:
             self.records_seen += len(window)
             self.batches_made += len(batches)

@@ -275,13 +275,18 @@ def parse_long_rewardbench(r: _Row) -> BenchRecord:
         meta=r.meta({"prompt_template", "chosen", "rejected", "candidates"}))
 
 
+NEEDLE_POSITION_FIELDS = ("tagged_position", "needle_position", "position")
+
+
 def parse_longform(r: _Row) -> LongFormRecord:
     subset = r.text("subset")
     if subset not in LONGFORM_SUBSETS:
         logger.debug("%s %s: subset %r is not one of %s", r.prov.source, r.prov.where(), subset, LONGFORM_SUBSETS)
-    pos = r.row.get("needle_position", r.row.get("position"))
+    # The benchmark's needle data names the relative position `tagged_position` (divide_result_bon2pair.py)
+    field = next((f for f in NEEDLE_POSITION_FIELDS if r.row.get(f) is not None), NEEDLE_POSITION_FIELDS[0])
+    pos = r.row.get(field)
     if pos is not None and not (isinstance(pos, (int, float)) and 0.0 <= float(pos) <= 1.0):
-        raise r.error("needle_position", f"expected a number in [0, 1], got {pos!r}")
+        raise r.error(field, f"expected a number in [0, 1], got {pos!r}")
     bucket = r.row.get("length_bucket")
     return LongFormRecord(
         id=str(r.row.get("id", r.prov.row)), prompt=r.text("prompt"),

@@ -5,8 +5,13 @@ For a prompt (list of messages) and a response string:
 1. `prompt_text = apply_chat_template(prompt, add_generation_prompt=True)`,
    `full_text = apply_chat_template(prompt + [assistant: response])`; `full_text` must start with
    `prompt_text` (else `DataError`), and the response text is the rest, right-stripped of newlines.
-2. Prompt and response are tokenized separately (no special tokens added: the template already holds them),
-   and EOS is appended to the response if it does not already end with it.
+2. Prompt and response are tokenized separately (no special tokens added: the template already holds them).
+   A response that does not end with the EOS token's text gets `" " + eos_token` appended *as text*, as
+   upstream does (`preference.py`, `sft.py`), and its last token is forced to the EOS id. Where EOS is the
+   end-of-turn token (Qwen3 and Llama-3.1 Instruct tokenizers) the templated response already ends with it and
+   nothing is added; where it is not (Qwen base tokenizers: EOS `<|endoftext|>`, turns end `<|im_end|>`; Llama
+   3.1 base: EOS `<|end_of_text|>`, turns end `<|eot_id|>`) the response ends `<end of turn> " " <EOS>`, all
+   three trained, exactly as upstream (docs/upstream.md "Training data").
 3. `loss_mask` is 1 on every response token (EOS included), 0 on the prompt.
 
 `enable_thinking`: False (default) passes `enable_thinking=False` to the template, as upstream evaluation
@@ -14,8 +19,7 @@ does; for Qwen3 the empty think block `<think>\\n\\n</think>\\n\\n` then ends th
 None passes nothing, which reproduces upstream *training* masks exactly (Qwen3: the empty think block is the
 first part of the response and is trained). Templates that do not use the variable ignore it.
 
-Upstream appends `" " + eos_token` as text when the response lacks EOS (an extra space token); we append the
-EOS id only. Truncation policies (`TruncationConfig`), always applied to each sequence on its own (never to a
+Truncation policies (`TruncationConfig`), always applied to each sequence on its own (never to a
 pair as a whole):
 - `prompt_middle` (training default): a sequence longer than `max_length` keeps its whole response and the
   first and last parts of its prompt (system prompt and question survive; the middle of the context goes), as
@@ -334,9 +338,11 @@ class ChatTokenizer:
 
     # -- samples ----------------------------------------------------------------------------------------
     def _sample(self, prompt_ids: np.ndarray, response_text: str) -> TokenizedSample:
+        eos_text = self.hf.eos_token
+        if not response_text.endswith(eos_text):  # upstream: text += " " + eos_token (module notes, step 2)
+            response_text += " " + eos_text
         resp = self.encode(response_text)
-        if resp.size == 0 or resp[-1] != self.eos_id:
-            resp = np.append(resp, np.int32(self.eos_id))
+        resp[-1] = self.eos_id  # upstream forces the last token to EOS (a no-op unless EOS is not one token)
         ids = np.concatenate([prompt_ids, resp]).astype(np.int32)
         mask = np.zeros(ids.shape, np.int32)
         mask[len(prompt_ids):] = 1

@@ -94,58 +94,62 @@ def draw_accuracy_by_length(ax, table: Mapping[str, Mapping[str, float]],
 
 
 def position_intervals(positions: Sequence[float], num_intervals: int = 5) -> np.ndarray:
-    """Interval index (0..num_intervals-1) of each needle position, intervals of equal count (quantiles).
-
-    Rank-based so that ties or clustered positions still split evenly: the i-th smallest position of n falls
-    in interval ``floor(i * num_intervals / n)``.
-    """
+    """Interval index of each needle position, as the benchmark's ``divide_result_bon2pair.py`` cuts them:
+    positions sorted (ties keep their order), then runs of ``ceil(n / num_intervals)`` in turn (so fewer than
+    ``num_intervals`` intervals when n is small, e.g. 3 of 2 for n = 6)."""
     positions = np.asarray(positions, dtype=np.float64)
     order = np.argsort(positions, kind="mergesort")
+    per_interval = max(1, -(-len(positions) // num_intervals))
     intervals = np.empty(len(positions), dtype=np.int64)
-    intervals[order] = (np.arange(len(positions)) * num_intervals) // max(len(positions), 1)
+    intervals[order] = np.arange(len(positions)) // per_interval
     return intervals
 
 
 def needle_heatmap_table(
     records: Sequence[Mapping], num_intervals: int = 5
-) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+) -> tuple[list[str], list[str], np.ndarray, np.ndarray, list[list]]:
     """Accuracy per (length bucket, position interval) for records with ``needle_position``/``length``/``correct``.
 
-    Returns (row labels = length buckets, column labels = position ranges, accuracy [rows, cols] (NaN where
-    empty), counts [rows, cols]).
+    As the benchmark's code: the position intervals are cut within each length bucket (``position_intervals``),
+    so interval j of two buckets may span different positions. Returns (row labels = length buckets, column
+    labels 1..num_intervals, accuracy [rows, cols] (NaN where empty), counts [rows, cols], position ranges
+    [rows][cols] = [first, last] position or None).
     """
-    positions = np.array([float(r["needle_position"]) for r in records])
-    intervals = position_intervals(positions, num_intervals)
     buckets = sorted({str(r["length"]) for r in records}, key=lambda b: (_bucket_sort_key(b), b))
     correct = np.zeros((len(buckets), num_intervals))
     counts = np.zeros((len(buckets), num_intervals))
-    for record, interval in zip(records, intervals):
-        row = buckets.index(str(record["length"]))
-        counts[row, interval] += 1
-        correct[row, interval] += float(record["correct"])
+    ranges: list[list] = [[None] * num_intervals for _ in buckets]
+    for row, bucket in enumerate(buckets):
+        members = [r for r in records if str(r["length"]) == bucket]
+        positions = np.array([float(r["needle_position"]) for r in members])
+        intervals = position_intervals(positions, num_intervals)
+        for record, interval in zip(members, intervals):
+            counts[row, interval] += 1
+            correct[row, interval] += float(record["correct"])
+        for interval in range(num_intervals):
+            inside = positions[intervals == interval]
+            if inside.size:
+                ranges[row][interval] = [round(float(inside.min()), 5), round(float(inside.max()), 5)]
     with np.errstate(invalid="ignore", divide="ignore"):
         accuracy = np.where(counts > 0, correct / np.maximum(counts, 1), np.nan)
-    columns = []
-    for interval in range(num_intervals):
-        members = positions[intervals == interval]
-        columns.append(f"{members.min():.2f}-{members.max():.2f}" if members.size else f"q{interval + 1}")
-    return buckets, columns, accuracy, counts
+    return buckets, [str(i + 1) for i in range(num_intervals)], accuracy, counts, ranges
 
 
 def plot_needle_heatmap(records: Sequence[Mapping], path, num_intervals: int = 5) -> dict:
     """Heatmap of accuracy by response length bucket x needle position interval; returns the table as a dict."""
     plt = _pyplot()
-    rows, columns, accuracy, counts = needle_heatmap_table(records, num_intervals)
+    rows, columns, accuracy, counts, ranges = needle_heatmap_table(records, num_intervals)
     fig, ax = plt.subplots(figsize=(1.4 * num_intervals + 2, 0.7 * len(rows) + 2))
     image = ax.imshow(accuracy, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
     for i in range(len(rows)):
         for j in range(num_intervals):
             if counts[i, j]:
-                ax.text(j, i, f"{accuracy[i, j]:.2f}\n(n={int(counts[i, j])})", ha="center", va="center",
-                        fontsize=7, color="white" if accuracy[i, j] < 0.6 else "black")
+                low, high = ranges[i][j]
+                ax.text(j, i, f"{accuracy[i, j]:.2f}\n{low:.2f}-{high:.2f}\n(n={int(counts[i, j])})", ha="center",
+                        va="center", fontsize=7, color="white" if accuracy[i, j] < 0.6 else "black")
     ax.set_xticks(range(num_intervals), columns, fontsize=8)
     ax.set_yticks(range(len(rows)), rows)
-    ax.set_xlabel("needle relative position (equal-count intervals)")
+    ax.set_xlabel("needle relative position: equal-count intervals within each length bucket")
     ax.set_ylabel("response length bucket")
     fig.colorbar(image, ax=ax, label="accuracy")
     fig.tight_layout()
@@ -154,6 +158,7 @@ def plot_needle_heatmap(records: Sequence[Mapping], path, num_intervals: int = 5
     return {
         "length_buckets": rows,
         "position_intervals": columns,
+        "position_ranges": ranges,
         "accuracy": [[None if np.isnan(v) else round(float(v), 5) for v in row] for row in accuracy],
         "counts": counts.astype(int).tolist(),
     }

@@ -90,7 +90,10 @@ class EvalConfig:
     overwrite: bool = False  # replace the results of an earlier evaluation in save_path (else refused)
     progress: bool = True
     task_types: Sequence[str] | None = None  # e.g. ("PairWise",): evaluate only those Long-RewardBench samples
-    longform_protocol: str = "pointwise"  # GRM on Long-form files: "pointwise" (each response alone) or "joint"
+    # GRM on Long-form files (evaluation.longform): "upstream" (the benchmark's raw-text protocol, exactly),
+    # "pointwise" (ours: chat template, lenient parser) or "joint" (all answers ranked in one prompt)
+    longform_protocol: str = "upstream"
+    longform_max_new_tokens: int | None = None  # Long-form upstream protocol: None -> 1,024 (its script's)
     chat_template: str | None = None  # Jinja template file replacing (or supplying) the tokenizer's
     timings: dict = dataclasses.field(default_factory=dict)  # filled by the run: phase seconds, token counts
 
@@ -281,6 +284,12 @@ def summarize(predictions: list[dict], tasks: Sequence[str]) -> dict:
         lf_rows = longform.summary_rows(long_form)  # best-of-N and per-pair binary accuracy
         rows += [(f"LongForm/{label}" if bench else label, value) for label, value in lf_rows]
         summary["long_form_auc"] = metrics.auc_report(long_form, subsets)
+        # which protocol produced the scores (evaluation.longform): the results are comparable only within one
+        summary["long_form_protocol"] = ", ".join(sorted({longform.protocol_of(p) for p in long_form}))
+        note = needle_heatmap_note(long_form)
+        if note:
+            logger.warning("needle heatmap: %s", note)
+            summary["needle_heatmap_note"] = note
     summary["results"] = dict(rows)
     summary["results_rows"] = rows
     summary["both_orders"] = metrics.agreement_report(predictions)
@@ -300,6 +309,25 @@ def summarize(predictions: list[dict], tasks: Sequence[str]) -> dict:
         if verdicts["unparsable"] and verdicts["share"] > metrics.UNPARSABLE_WARN_SHARE:
             logger.warning("%s", unparsable_warning(verdicts))
     return summary
+
+
+def needle_heatmap_note(long_form: list[dict]) -> str | None:
+    """Why the needle heatmap is not drawn, or drawn from part of the records (None: drawn from all)."""
+    from longrm_jax.data.readers import NEEDLE_POSITION_FIELDS
+    from longrm_jax.evaluation.samples import NEEDLE_LENGTH_FIELDS
+
+    placed = [p for p in long_form if p.get("needle_position") is not None]
+    if not placed:
+        return (f"not drawn: no Long-form record carries a needle position (field "
+                f"{', '.join(NEEDLE_POSITION_FIELDS)}, a number in [0, 1])")
+    notes = []
+    if len(placed) < len(long_form):
+        notes.append(f"{len(long_form) - len(placed)} of {len(long_form)} Long-form records carry no needle "
+                     "position and are left out of it")
+    if all(p["length"] == "all" for p in placed):
+        notes.append(f"no record carries a response length (field length_bucket, "
+                     f"{', '.join(NEEDLE_LENGTH_FIELDS)}): one row 'all'")
+    return "; ".join(notes) or None
 
 
 def unparsable_warning(verdicts: dict) -> str:
@@ -381,6 +409,7 @@ def result_settings(cfg: EvalConfig) -> dict:
             "max_new_tokens": cfg.max_new_tokens, "both_orders": cfg.both_orders, "max_length": cfg.max_length,
             "dtype": cfg.dtype, "limit": cfg.limit, "mesh": cfg.mesh, "share_prompt": cfg.share_prompt,
             "task_types": list(cfg.task_types or []), "longform_protocol": cfg.longform_protocol,
+            "longform_max_new_tokens": cfg.longform_max_new_tokens,
             "chat_template": cfg.chat_template, "simulate_judgement_lengths": cfg.simulate_judgement_lengths,
             "decode_attention": cfg.decode_attention}
 
@@ -438,8 +467,9 @@ def run_evaluation(cfg: EvalConfig) -> dict:
     if os.path.realpath(cfg.resolved_save_path()) == os.path.realpath(data_dir):
         raise BenchDataError(f"{cfg.resolved_save_path()}: --save-path must differ from the data directory "
                              "(per-task result files would overwrite the task files)")
-    if cfg.longform_protocol not in ("pointwise", "joint"):
-        raise BenchDataError(f"longform protocol must be pointwise or joint, got {cfg.longform_protocol!r}")
+    if cfg.longform_protocol not in longform.PROTOCOLS:
+        raise BenchDataError(f"longform protocol must be one of {', '.join(longform.PROTOCOLS)}, "
+                             f"got {cfg.longform_protocol!r}")
     if cfg.queue not in ("run", "per-task"):
         raise BenchDataError(f"queue must be run or per-task, got {cfg.queue!r}")
     check_save_path(cfg)
@@ -466,7 +496,7 @@ def run_evaluation(cfg: EvalConfig) -> dict:
             mesh = build_mesh(cfg.mesh)
             model = load_model(cfg, mesh, samples=len(samples))
             add_timings(cfg, {"load_s": time.time() - begin})
-        pointwise = group[0].benchmark == LONG_FORM and cfg.longform_protocol == "pointwise"
+        pointwise = group[0].benchmark == LONG_FORM and cfg.longform_protocol in ("upstream", "pointwise")
         if not cfg.is_disrm and not pointwise and cfg.queue == "run":
             queued.append((path, group))
             continue

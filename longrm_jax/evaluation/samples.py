@@ -7,9 +7,9 @@ families are evaluated:
   ``tasktype`` ``"PairWise"`` (``chosen``, ``rejected``) or ``"BestOfN"`` (``candidates``, best first),
   ``subtype``, ``ctx_length_for_length``. A record without ``tasktype`` is pairwise (as upstream).
 * **Long-form RewardBench**: ``prompt`` (a string), ``chosen`` (a list holding one response), ``rejected`` (a
-  list), ``subset``; needle-test records also carry the needle's relative position (``needle_position`` or
-  ``position``, in [0, 1]) and a response length bucket (``length_bucket``, else ``length`` or
-  ``response_length``).
+  list), ``subset``; needle-test records also carry the needle's relative position (``tagged_position``, the
+  benchmark's name, or ``needle_position`` / ``position``, in [0, 1]) and a response length bucket
+  (``length_bucket``, else ``word_count``, the benchmark's name, ``length`` or ``response_length``).
 
 Shown order, upstream-compatible: per task file a ``random.Random(seed)`` (seed 42 by default) first shuffles
 the list of records, then, visiting records in that shuffled order, shuffles ``range(n_answers)`` for each.
@@ -36,7 +36,8 @@ logger = logging.getLogger(__name__)
 LONG_REWARDBENCH = "long-rewardbench"
 LONG_FORM = "long-form"
 DEFAULT_SEED = 42
-_NEEDLE_LENGTH_FIELDS = ("length", "length_bucket", "response_length")
+# The benchmark's needle data gives the response length as `word_count` (divide_result_bon2pair.py)
+NEEDLE_LENGTH_FIELDS = ("word_count", "length", "response_length")
 
 
 class BenchDataError(ValueError):
@@ -109,7 +110,7 @@ def sample_from_long_form_record(record: LongFormRecord) -> EvalSample:
     """An :class:`EvalSample` of a Long-form RewardBench record: every chosen must beat every rejected."""
     answers = list(record.chosen) + list(record.rejected)
     length = record.length_bucket or next(
-        (str(record.meta[f]) for f in _NEEDLE_LENGTH_FIELDS if record.meta.get(f) is not None), "all")
+        (str(record.meta[f]) for f in NEEDLE_LENGTH_FIELDS if record.meta.get(f) is not None), "all")
     return EvalSample(
         id=record.id, task=record.subset, tasktype=PAIRWISE if len(answers) == 2 else BEST_OF_N,
         subtype=str(len(answers)), length=length, answers=answers, shown_order=list(range(len(answers))),

@@ -60,6 +60,9 @@ class DataSection:
     batch_rows: int = 8
     num_rejects: int = 1  # rejected responses per group (R), preference stages
     max_groups_per_row: int = 8  # static bound on groups (or SFT samples) per row
+    # Packed rows: at most this many groups (SFT samples) per row; null: as many as fit. 1 reproduces upstream
+    # SFT's one sample per micro step (docs/upstream.md "Pairs per optimizer step").
+    groups_per_row: int | None = None
     num_train: int = 512  # synthetic: training samples
     num_eval: int = 128  # synthetic: held-out pairs
     synthetic: dict = field(default_factory=dict)  # extra synthetic-generator options
@@ -92,7 +95,8 @@ class LossSection:
     chunk_tokens: int = 8192  # tokens per chunk of the fp32 logits in response log-probs
     # SimPO loss: "sigmoid" (-log s(z), label smoothing applies) or "hinge" (relu(1 - z)), z = beta dpi - gamma.
     loss_type: str = "sigmoid"
-    # "upstream": mean over each microbatch's pairs (SFT: of per-sample token means), then over microbatches;
+    # "upstream": mean over each microbatch's pairs, then over microbatches (SFT: mean over the step's samples of
+    # per-sample token means, as upstream's one sample per micro-step);
     # "global_tokens": one mean over the global batch's pairs (SFT: trained tokens). README "Loss reduction".
     reduction: str = "upstream"
 
@@ -271,6 +275,8 @@ class TrainConfig:
             ("data.batch_rows", d.batch_rows, d.batch_rows >= 1, ">= 1"),
             ("data.num_rejects", d.num_rejects, d.num_rejects >= 0, ">= 0"),
             ("data.max_groups_per_row", d.max_groups_per_row, d.max_groups_per_row >= 1, ">= 1"),
+            ("data.groups_per_row", d.groups_per_row, d.groups_per_row is None or d.groups_per_row >= 1,
+             ">= 1 or null"),
             ("data.num_train", d.num_train, d.num_train >= 1, ">= 1"),
             ("data.num_eval", d.num_eval, d.num_eval >= 0, ">= 0"),
             ("data.num_buckets", d.num_buckets, d.num_buckets >= 1, ">= 1"),

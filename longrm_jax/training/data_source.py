@@ -85,7 +85,8 @@ def packed_batches(cfg: TrainConfig, tokenizer: ChatTokenizer, records, *, sft: 
     groups = [tokenizer.tokenize(rec, num_rejects=max(r, 1), truncation=trunc, stats=stats) for rec in records]
     k = slots(cfg)
     batches = pack_batches(groups, ((k or 1) * cfg.data.seq_len,), batch_rows, 1 + r, tokenizer.pad_id,
-                           tokenizer.eos_id, cfg.data.truncation, stats, slotted=k is not None)
+                           tokenizer.eos_id, cfg.data.truncation, stats, slotted=k is not None,
+                           max_groups=cfg.data.groups_per_row)
     summary = stats.summary_line(f"{len(groups)} held-out records", cfg.data.truncation, (k or 1) * cfg.data.seq_len)
     if summary:
         logger.warning("%s", summary)
@@ -121,7 +122,7 @@ def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, 
         bucket_scheme=d.bucket_scheme,
         batch_size=cfg.pipeline_rows_per_step, seed=cfg.seed, shuffle=d.shuffle, num_epochs=num_epochs,
         window_groups=d.window_groups, worker_count=max(1, d.worker_count), slotted=k > 1, seq_len=d.seq_len,
-        truncation=d.truncation, report=report,
+        truncation=d.truncation, report=report, groups_per_row=d.groups_per_row,
     )
 
 

@@ -6,11 +6,12 @@ A step receives a prepared batch (see ``training.batches``): [B, T] arrays ``inp
 one group of k sequences per row.
 
 Loss reduction (``loss.reduction``):
-- ``upstream`` (default): as the upstream trainer, where one micro-step is one bucket: the loss of a microbatch
-  (``B / grad_accum`` rows) is the mean over its items, and the step's loss the mean over its non-empty
-  microbatches. Items: pairs (SimPO / BT) or samples (SFT, each weighed by its own token mean: the mean of
-  per-sample token means, whatever their lengths). With packed rows a microbatch holds several items, so this is
-  upstream's bucket mean with our microbatch as the bucket.
+- ``upstream`` (default): as the upstream trainer. SimPO / BT, where upstream's micro-step is one bucket: the
+  loss of a microbatch (``B / grad_accum`` rows) is the mean over its pairs, and the step's loss the mean over its
+  non-empty microbatches (upstream's bucket mean with our microbatch as the bucket). SFT, where upstream's
+  micro-step is one sample: the mean over the step's samples of each sample's token-mean NLL, whatever their
+  lengths and however they were packed into rows and microbatches (a packed row of 2 samples and one of 1 weigh
+  their 3 samples alike).
 - ``global_tokens``: sums over the microbatch divided by the count over the *whole* global batch (trained
   tokens for SFT, valid groups for SimPO / BT): every token (SFT) or pair weighs the same, independent of how
   the rows were packed or split into microbatches.
@@ -202,9 +203,9 @@ def make_train_step(cfg: TrainConfig, codec: ParamCodec, tx, spec: StageSpec, sc
         def micro_loss(params, mb):
             model = step_model(codec, cfg, params, state.frozen)
             total, sums = loss_sums(model, mb, cfg.loss, spec)
-            if reduction == "upstream":
+            if reduction == "upstream" and spec.stage != "sft":
                 return total / item_count(mb, spec) / nonempty, sums
-            return total / norm, sums
+            return total / norm, sums  # global_tokens, and upstream SFT: samples of the step alike
 
         grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
         if accum == 1:
