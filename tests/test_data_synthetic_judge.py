@@ -40,10 +40,10 @@ def test_judgements_parse_to_the_right_verdict(files):
         assert parse_pairwise_verdict(wrong) == right[::-1]
         system, user = sft["chat_template"]
         assert system == {"role": "system", "content": PAIR_SYSTEM_PROMPT}
-        shown = user["content"].split("[The Start of Assistant ")[1:]
-        value = sft["golden"].split(" is ")[1].split(".")[0]
-        assert f"is {value}." in shown[sft["verdict"]] and f"is {value}." not in shown[1 - sft["verdict"]]
-        assert user["content"].count(f"is {value}.") == 2  # the document's needle and the right answer
+        document = user["content"].split("\n\nQuestion:")[0]
+        shown = [part.split("\n")[1] for part in user["content"].split("[The Start of Assistant ")[1:]]
+        assert shown[sft["verdict"]] in document and shown[1 - sft["verdict"]] not in document
+        assert shown[0].split()[:-1] == shown[1].split()[:-1]  # same key and words: only the password differs
     verdicts = [r["verdict"] for r in _rows(files / "judge_sft_train.jsonl")]
     assert 0 < sum(verdicts) < len(verdicts)  # both positions occur
 

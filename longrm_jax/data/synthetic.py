@@ -15,9 +15,9 @@ Writers (deterministic by seed):
   passwords and candidate j (best first) gets n-1-j of them right (`candidates_score` = number right).
 - `write_judge_files(out_dir, ...)`: training files for a *generative* judge (GRM stage 1 SFT, stage 2 SimPO).
   Each row is a pairwise Long-RewardBench row (the same generator as the benchmark) shown to the judge in the
-  evaluator's exact judge prompt (`data.judge_prompts`, answers in a random order); the target judgement quotes
-  the document's password and ends with the verdict the evaluator parses (`judgement_text`). SimPO's rejected
-  judgement reads the wrong answer's password and picks it.
+  evaluator's exact judge prompt (`data.judge_prompts`, answers in a random order); the target judgement names
+  the answer whose password the document states and ends with the verdict the evaluator parses
+  (`judgement_text`). SimPO's rejected judgement names the other answer.
 
 CLI: `python -m longrm_jax.data.synthetic --out DIR [--num-train N] [--lengths 32,64,128,256] ...`.
 Lengths are context lengths in tokens of `count_tokens` (default: the committed tiny tokenizer).
@@ -253,14 +253,15 @@ def write_training_files(out_dir: str, num_train: int = 2000, num_eval: int = 20
     return paths
 
 
-def judgement_text(key: tuple[str, str], document_value: str, verdict_position: int) -> str:
-    """A pairwise judgement: the password the document states for `key`, then the verdict `[[A]]`/`[[B]]`.
+def judgement_text(verdict_position: int) -> str:
+    """A pairwise judgement naming the answer whose password the document states, ending with the verdict
+    `[[A]]`/`[[B]]` in upstream's format (`evaluation.prompts` parses it).
 
-    Quoting the password first splits the judge's work into two look-ups a tiny model learns (the key's value in
-    the document; the answer that states it); the verdict format is upstream's (`evaluation.prompts` parses it).
+    The decision is the first letter; the verdict repeats it. Nothing in the judge prompt but the document tells
+    which answer states the document's password (both answers name the asked key, in the same words).
     """
-    return (f"The document says the password of the {key[0]} {key[1]} is {document_value}. "
-            f"[[{position_letter(verdict_position)}]]")
+    letter = position_letter(verdict_position)
+    return f"Assistant {letter}'s password matches the document. [[{letter}]]"
 
 
 def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int = 0,
@@ -281,9 +282,7 @@ def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int =
         chosen_at = rng.randrange(2)  # position of the better answer: A or B, half each
         shown = [row["chosen"], row["rejected"]] if chosen_at == 0 else [row["rejected"], row["chosen"]]
         messages = judge_messages(row["prompt_template"], shown, "pair")
-        key = _asked_key(row["chosen"])
-        good = judgement_text(key, _stated_value(row["chosen"]), chosen_at)
-        bad = judgement_text(key, _stated_value(row["rejected"]), 1 - chosen_at)
+        good, bad = judgement_text(chosen_at), judgement_text(1 - chosen_at)
         meta = {"ctx_length": row["ctx_length_for_length"], "depth": row["depth"][0]}
         out.append({
             "sft": {"chat_template": messages, "golden": good, "verdict": chosen_at, **meta},
@@ -292,16 +291,6 @@ def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int =
                       **meta},
         })
     return out
-
-
-def _asked_key(answer: str) -> tuple[str, str]:
-    """(color, object) of a one-password answer ("The password of the blue vault is falcon.")."""
-    words = answer.rstrip(".").split()
-    return words[4], words[5]
-
-
-def _stated_value(answer: str) -> str:
-    return answer.rstrip(".").split()[-1]
 
 
 def write_judge_files(out_dir: str, num_train: int = 2000, num_eval: int = 200, seed: int = 0,
@@ -373,7 +362,10 @@ def judge_corpus_for_tokenizer(num_rows: int = 200, seed: int = 12345) -> list[s
     texts = corpus_for_tokenizer()
     texts += [judge_system_prompt(2, "pair")] * 50 + [judge_system_prompt(n, "rank") for n in (3, 4)] * 25
     for item in judge_rows(num_rows, f"tokenizer:{seed}", (64,), count_tokens=approx_token_count):
-        texts += [item["sft"]["chat_template"][1]["content"], item["sft"]["golden"]]
+        answer = item["disrm"]["chosen"]  # "The password of the blue vault is falcon."
+        key, value = " ".join(answer.split()[4:6]), answer.rstrip(".").split()[-1]
+        texts += [item["sft"]["chat_template"][1]["content"],
+                  f"The document says the password of the {key} is {value}. [[{'AB'[item['sft']['verdict']]}]]"]
     return texts
 
 
