@@ -1,8 +1,9 @@
-"""Rebuild the tiny tokenizer committed in `longrm_jax/assets/tiny_tokenizer/` (deterministic).
+"""Rebuild the tiny tokenizers committed in `longrm_jax/assets/` (deterministic).
 
-`python scripts/build_tiny_tokenizer.py [--out DIR] [--vocab-size N]`: trains a byte-level BPE on the synthetic
-needle corpus (`longrm_jax.data.synthetic.corpus_for_tokenizer`) and writes an HF tokenizer directory that
-transformers 4.x and 5.x both read. What the tokenizer is: `longrm_jax/data/tiny_tokenizer.py`.
+`python scripts/build_tiny_tokenizer.py [--judge] [--out DIR] [--vocab-size N]`: trains a byte-level BPE on the
+synthetic needle corpus (`longrm_jax.data.synthetic.corpus_for_tokenizer`; with `--judge` also the judge prompts,
+`judge_corpus_for_tokenizer`, into `tiny_judge_tokenizer/`) and writes an HF tokenizer directory that
+transformers 4.x and 5.x both read. What the tokenizers are: `longrm_jax/data/tiny_tokenizer.py`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import argparse
 import json
 import os
 
-from longrm_jax.data.synthetic import corpus_for_tokenizer
-from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
+from longrm_jax.data.synthetic import corpus_for_tokenizer, judge_corpus_for_tokenizer
+from longrm_jax.data.tiny_tokenizer import TINY_JUDGE_TOKENIZER_DIR, TINY_TOKENIZER_DIR
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>")
 
@@ -36,8 +37,9 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tiny_tokenizer(out_dir: str = TINY_TOKENIZER_DIR, vocab_size: int = 1024) -> str:
-    """Train the tokenizer on the synthetic corpus and save it as an HF tokenizer directory."""
+def build_tiny_tokenizer(out_dir: str = TINY_TOKENIZER_DIR, vocab_size: int = 1024, judge: bool = False) -> str:
+    """Train the tokenizer on the synthetic corpus (`judge`: plus the judge prompts) and save it as an HF
+    tokenizer directory."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -49,7 +51,7 @@ def build_tiny_tokenizer(out_dir: str = TINY_TOKENIZER_DIR, vocab_size: int = 10
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    texts = corpus_for_tokenizer()
+    texts = judge_corpus_for_tokenizer() if judge else corpus_for_tokenizer()
     tok.train_from_iterator(texts, trainer=trainer)
     os.makedirs(out_dir, exist_ok=True)
     tok.save(os.path.join(out_dir, "tokenizer.json"))
@@ -76,11 +78,14 @@ def _write_configs(out_dir: str) -> None:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description="Rebuild the committed tiny byte-level BPE tokenizer.")
-    p.add_argument("--out", default=TINY_TOKENIZER_DIR)
+    p = argparse.ArgumentParser(description="Rebuild a committed tiny byte-level BPE tokenizer.")
+    p.add_argument("--judge", action="store_true",
+                   help="the judge tokenizer (corpus with the judge prompts; default --out: tiny_judge_tokenizer)")
+    p.add_argument("--out", default=None, help="output directory (default: the committed one)")
     p.add_argument("--vocab-size", type=int, default=1024)
     args = p.parse_args(argv)
-    print(build_tiny_tokenizer(args.out, args.vocab_size))
+    out = args.out or (TINY_JUDGE_TOKENIZER_DIR if args.judge else TINY_TOKENIZER_DIR)
+    print(build_tiny_tokenizer(out, args.vocab_size, judge=args.judge))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,11 @@ Writers (deterministic by seed):
 - `write_long_rewardbench(out_dir, ...)`: `{Task}.jsonl` Long-RewardBench task files with every field of
   docs/upstream.md ("Long-RewardBench"). Pairwise rows ask for one password; Best-of-N rows with n candidates ask for n-1
   passwords and candidate j (best first) gets n-1-j of them right (`candidates_score` = number right).
+- `write_judge_files(out_dir, ...)`: training files for a *generative* judge (GRM stage 1 SFT, stage 2 SimPO).
+  Each row is a pairwise Long-RewardBench row (the same generator as the benchmark) shown to the judge in the
+  evaluator's exact judge prompt (`data.judge_prompts`, answers in a random order); the target judgement names
+  the answer whose password the document states and ends with the verdict the evaluator parses
+  (`judgement_text`). SimPO's rejected judgement names the other answer.
 
 CLI: `python -m longrm_jax.data.synthetic --out DIR [--num-train N] [--lengths 32,64,128,256] ...`.
 Lengths are context lengths in tokens of `count_tokens` (default: the committed tiny tokenizer).
@@ -28,6 +33,7 @@ import random
 import sys
 from collections.abc import Callable, Sequence
 
+from longrm_jax.data.judge_prompts import judge_messages, position_letter
 from longrm_jax.data.records import BEST_OF_N, LONG_REWARDBENCH_TASKS, PAIRWISE
 from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
 
@@ -247,6 +253,68 @@ def write_training_files(out_dir: str, num_train: int = 2000, num_eval: int = 20
     return paths
 
 
+def judgement_text(verdict_position: int) -> str:
+    """A pairwise judgement naming the answer whose password the document states, ending with the verdict
+    `[[A]]`/`[[B]]` in upstream's format (`evaluation.prompts` parses it).
+
+    The decision is the first letter; the verdict repeats it. Nothing in the judge prompt but the document tells
+    which answer states the document's password (both answers name the asked key, in the same words).
+    """
+    letter = position_letter(verdict_position)
+    return f"Assistant {letter}'s password matches the document. [[{letter}]]"
+
+
+def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int = 0,
+               count_tokens: Callable[[str], int] | None = None) -> list[dict[str, dict]]:
+    """`n` pairwise needle rows, each in three training formats; context lengths cycle through `lengths`.
+
+    `seed` names the random stream (a string, so no stream is another's: the benchmark's are other names).
+    Each item: `sft` (the judge prompt + the right judgement), `simpo` (the judge prompt, right and wrong
+    judgements) and `disrm` (the row's own prompt, chosen and rejected answers: a DisRM sees what the
+    evaluator's DisRM path shows it, `prompt_template` + one answer).
+    """
+    count_tokens = count_tokens or default_token_counter()
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        target = lengths[i % len(lengths)]
+        row = bench_row(rng, "judge", i, target, 2, count_tokens, num_distractors, best_of_n=False)
+        chosen_at = rng.randrange(2)  # position of the better answer: A or B, half each
+        shown = [row["chosen"], row["rejected"]] if chosen_at == 0 else [row["rejected"], row["chosen"]]
+        messages = judge_messages(row["prompt_template"], shown, "pair")
+        good, bad = judgement_text(chosen_at), judgement_text(1 - chosen_at)
+        meta = {"ctx_length": row["ctx_length_for_length"], "depth": row["depth"][0]}
+        out.append({
+            "sft": {"chat_template": messages, "golden": good, "verdict": chosen_at, **meta},
+            "simpo": {"chat_template": messages, "chosen": good, "rejects": [bad], "verdict": chosen_at, **meta},
+            "disrm": {"chat_template": row["prompt_template"], "chosen": row["chosen"], "rejects": [row["rejected"]],
+                      **meta},
+        })
+    return out
+
+
+def write_judge_files(out_dir: str, num_train: int = 2000, num_eval: int = 200, seed: int = 0,
+                      lengths: Sequence[int] = DEFAULT_LENGTHS, num_distractors: int = 0,
+                      count_tokens: Callable[[str], int] | None = None) -> dict[str, str]:
+    """Write, per split (`train`, `eval`), the reward-model training files of one stream of pairwise rows:
+    `judge_sft_{split}.jsonl` (upstream SFT rows: GRM stage 1), `judge_{split}.jsonl` (upstream preference rows
+    of judgements: GRM stage 2 SimPO, and the judge's held-out pairs) and `disrm_{split}.jsonl` (preference
+    rows of answers in the benchmark's prompt: DisRM Bradley-Terry).
+
+    Their random streams differ from every `write_long_rewardbench` stream, so a benchmark written with any seed
+    is held out. Returns {name: path}.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {}
+    for split, n in (("train", num_train), ("eval", num_eval)):
+        rows = judge_rows(n, f"judge-{split}:{seed}", lengths, num_distractors, count_tokens)
+        for name, column in ((f"judge_sft_{split}", "sft"), (f"judge_{split}", "simpo"),
+                             (f"disrm_{split}", "disrm")):
+            paths[name] = os.path.join(out_dir, f"{name}.jsonl")
+            _write_jsonl(paths[name], [item[column] for item in rows])
+    return paths
+
+
 def write_long_rewardbench(out_dir: str, per_task: int = 20, seed: int = 0,
                            lengths: Sequence[int] = DEFAULT_LENGTHS,
                            tasks: Sequence[str] = LONG_REWARDBENCH_TASKS, bon_fraction: float = 0.3,
@@ -254,13 +322,15 @@ def write_long_rewardbench(out_dir: str, per_task: int = 20, seed: int = 0,
                            ) -> dict[str, str]:
     """Write `{Task}.jsonl` for each task: about `bon_fraction` Best-of-N rows (n = 2, 3, 4 cycling).
 
+    Each task has its own random stream, named by task and seed (a string: no training-file stream, which are
+    integers or other names, is the same, so the benchmark is held out from training files of any seed).
     Returns {task: path}.
     """
     count_tokens = count_tokens or default_token_counter()
     os.makedirs(out_dir, exist_ok=True)
     paths = {}
-    for t_idx, task in enumerate(tasks):
-        rng = random.Random(seed * 7919 + t_idx)
+    for task in tasks:
+        rng = random.Random(f"bench-{task}:{seed}")
         n_bon = int(round(per_task * bon_fraction))
         rows = []
         for i in range(per_task):
@@ -284,6 +354,21 @@ def corpus_for_tokenizer(num_rows: int = 300, seed: int = 12345) -> list[str]:
     return texts
 
 
+def judge_corpus_for_tokenizer(num_rows: int = 200, seed: int = 12345) -> list[str]:
+    """`corpus_for_tokenizer` plus the judge prompts and judgements (for training the tiny judge tokenizer, whose
+    words, the long judge system prompt's included, are then mostly single tokens)."""
+    from longrm_jax.data.judge_prompts import judge_system_prompt
+
+    texts = corpus_for_tokenizer()
+    texts += [judge_system_prompt(2, "pair")] * 50 + [judge_system_prompt(n, "rank") for n in (3, 4)] * 25
+    for item in judge_rows(num_rows, f"tokenizer:{seed}", (64,), count_tokens=approx_token_count):
+        answer = item["disrm"]["chosen"]  # "The password of the blue vault is falcon."
+        key, value = " ".join(answer.split()[4:6]), answer.rstrip(".").split()[-1]
+        texts += [item["sft"]["chat_template"][1]["content"],
+                  f"The document says the password of the {key} is {value}. [[{'AB'[item['sft']['verdict']]}]]"]
+    return texts
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from longrm_jax.cli_support import run_cli
 
@@ -303,6 +388,12 @@ def _write(argv: Sequence[str]) -> int:
     p.add_argument("--num-rejects", type=int, default=1)
     p.add_argument("--num-distractors", type=int, default=0, help="extra facts about other keys")
     p.add_argument("--num-values", type=int, default=len(VALUES), help="distinct passwords in training rows")
+    p.add_argument("--bench-bon-fraction", type=float, default=0.3,
+                   help="share of Best-of-N rows in the Long-RewardBench files (0: pairwise only)")
+    p.add_argument("--judge", action="store_true",
+                   help="also write judge training files: judge_sft_{train,eval}.jsonl (GRM SFT) and "
+                        "judge_{train,eval}.jsonl (GRM SimPO), pairwise rows in the evaluator's judge prompt, and "
+                        "disrm_{train,eval}.jsonl (DisRM Bradley-Terry) in the benchmark's prompt")
     p.add_argument("--seed", type=int, default=0)
     add_debug_flag(p)
     args = p.parse_args(argv)
@@ -312,8 +403,14 @@ def _write(argv: Sequence[str]) -> int:
         p.error(f"--lengths {args.lengths!r}: expected comma-separated integers")
     paths = write_training_files(args.out, args.num_train, args.num_eval, args.seed, lengths, args.num_rejects,
                                  args.num_distractors, num_values=args.num_values)
+    if not 0.0 <= args.bench_bon_fraction <= 1.0:
+        p.error(f"--bench-bon-fraction {args.bench_bon_fraction}: expected a fraction in [0, 1]")
+    if args.judge:
+        paths.update(write_judge_files(args.out, args.num_train, args.num_eval, args.seed, lengths,
+                                       args.num_distractors))
     paths.update(write_long_rewardbench(os.path.join(args.out, "long_rewardbench"), args.bench_per_task,
-                                        args.seed, lengths, num_distractors=args.num_distractors))
+                                        args.seed, lengths, bon_fraction=args.bench_bon_fraction,
+                                        num_distractors=args.num_distractors))
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0

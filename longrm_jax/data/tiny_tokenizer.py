@@ -6,7 +6,13 @@ that its words are mostly single tokens. Special tokens as Qwen3: `<|endoftext|>
 assistant turn opens with the empty think block; `add_generation_prompt` with `enable_thinking=False` ends the
 prompt with that block (Qwen3 behaviour).
 
-The library only loads the committed files; `scripts/build_tiny_tokenizer.py` rebuilds them (deterministic).
+The tiny *judge* tokenizer (`longrm_jax/assets/tiny_judge_tokenizer/`) is the same kind, its corpus extended with
+the generative judge's prompts (`synthetic.judge_corpus_for_tokenizer`): the evaluator's 155-word judge system
+prompt is 179 tokens there against 540 in the tiny tokenizer, so a tiny judge trains on 2-3x shorter sequences
+(configs/tiny_grm_*.yaml, configs/tiny_disrm_bt.yaml).
+
+The library only loads the committed files; `scripts/build_tiny_tokenizer.py [--judge]` rebuilds them
+(deterministic).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import os
 
 TINY_TOKENIZER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets",
                                   "tiny_tokenizer")
+TINY_JUDGE_TOKENIZER_DIR = os.path.join(os.path.dirname(TINY_TOKENIZER_DIR), "tiny_judge_tokenizer")
 
 
 def load_tiny_tokenizer():
