@@ -36,6 +36,7 @@ from longrm_jax.ops import cudnn_flash, cudnn_packed
 from longrm_jax.ops.contract import AttentionNotSupportedError, check_interpret
 from longrm_jax.ops.kernel_vjp import LseVjpKernel, lse_vjp_kernel
 from longrm_jax.ops.splash import SplashKernel
+from longrm_jax.parallel.target import target_of
 
 
 # ------------------------------------------------------------------------------------------ tokamax
@@ -279,46 +280,46 @@ class CudnnKernel:
 # ------------------------------------------------------------------------------------------ registry
 
 
-@functools.cache
-def _compute_capability():
-    cc = getattr(jax.devices()[0], "compute_capability", None)
-    return float(cc) if cc else 0.0
-
-
-def hybrid_available() -> bool:
-    """The ``pallas`` GPU kernel is the Mosaic + cuDNN-backward hybrid (Hopper+, tokamax, private cuDNN API)."""
-    return (jax.default_backend() == "gpu" and _compute_capability() >= 9.0 and tokamax_available()
+def hybrid_available(target=None) -> bool:
+    """The ``pallas`` GPU kernel is the Mosaic + cuDNN-backward hybrid (Hopper+, tokamax, private cuDNN API) on
+    ``target`` (default: the current mesh's devices, ``parallel.target``)."""
+    target = target or target_of()
+    return (target.is_gpu and target.compute_capability >= 9.0 and tokamax_available()
             and cudnn_flash.available())
 
 
-@functools.cache
-def get_kernel(name, interpret=False):
-    """Kernel object for ``cudnn`` / ``pallas`` / ``pallas-mosaic`` / ``pallas-triton`` / ``splash`` here; raises
-    if unavailable.
+def get_kernel(name, interpret=False, target=None):
+    """Kernel object for ``cudnn`` / ``pallas`` / ``pallas-mosaic`` / ``pallas-triton`` / ``splash`` on ``target``
+    (default: the devices of the current mesh, ``parallel.target``); raises if unavailable there.
 
     ``pallas`` on GPU: the hybrid (tokamax Mosaic forward + cuDNN backward) on Hopper+, tokamax Triton
     before; ``pallas-mosaic`` / ``pallas-triton``: tokamax alone (its own forward and backward). ``pallas`` on
     TPU and ``splash``: TPU splash attention; ``interpret=True`` (splash only) runs it in the Pallas
     interpreter on any backend.
     """
-    backend = jax.default_backend()
+    target = target or target_of()
+    return _kernel_for(name, bool(interpret), target.platform, target.compute_capability)
+
+
+@functools.cache
+def _kernel_for(name, interpret, backend, compute_capability):
     check_interpret(name, interpret)
     if name == "splash" or (name == "pallas" and backend == "tpu"):
         if backend != "tpu" and not interpret:
-            raise AttentionNotSupportedError(f"impl='splash' needs a TPU (backend is {backend!r}); interpret=True "
+            raise AttentionNotSupportedError(f"impl='splash' needs a TPU (target is {backend!r}); interpret=True "
                                              "runs it in the Pallas interpreter (slow, for tests)")
         return SplashKernel(interpret=interpret)
     if name == "cudnn":
         if backend != "gpu":
-            raise AttentionNotSupportedError(f"impl='cudnn' needs an NVIDIA GPU (backend is {backend!r})")
+            raise AttentionNotSupportedError(f"impl='cudnn' needs an NVIDIA GPU (target is {backend!r})")
         return CudnnKernel()
     if name in ("pallas", "pallas-mosaic", "pallas-triton"):
         if backend != "gpu":
             raise AttentionNotSupportedError(f"impl={name!r} needs a GPU{' or TPU' if name == 'pallas' else ''} "
-                                             f"(backend is {backend!r})")
+                                             f"(target is {backend!r})")
         if not tokamax_available():
             raise AttentionNotSupportedError(f"impl={name!r} on GPU needs tokamax (pip install 'longrm_jax[gpu]')")
-        if name == "pallas-triton" or (name == "pallas" and _compute_capability() < 9.0):
+        if name == "pallas-triton" or (name == "pallas" and compute_capability < 9.0):
             return TokamaxKernel("triton")
         return HybridKernel("mosaic") if name == "pallas" else TokamaxKernel("mosaic")
     raise AttentionNotSupportedError(f"no accelerator kernel named {name!r}")
