@@ -37,6 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a config key (dotted, e.g. optim.lr=1e-5, mesh.seq=2); repeatable")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in checkpoint.dir")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument("--compile-only", action="store_true",
+                   help="compile the train step for --topology without data, weights or accelerator, print memory "
+                        "per chip, FLOPs, kernels and collectives, and exit (non-zero when it does not fit)")
+    p.add_argument("--topology", metavar="NAME",
+                   help="with --compile-only: a TPU slice (v5p-64, v6e-16, v5e-8, v4-32) or GPU hosts (h100x8, "
+                        "h200x4, h100x8x2 = 2 hosts x 8)")
+    p.add_argument("--topology-slices", type=int, default=1, metavar="N", help="TPU multislice: N slices")
+    p.add_argument("--assume-mfu", type=float, default=0.4, metavar="F",
+                   help="with --compile-only: the MFU at which the step time is stated (default 0.4)")
     from longrm_jax.cli_support import add_debug_flag
 
     add_debug_flag(p)
@@ -77,6 +86,8 @@ def _train(argv: list[str]) -> int:
     if args.print_config:
         print(to_yaml(cfg))
         return 0
+    if args.compile_only or args.topology:
+        return _compile_only(cfg, args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if cfg.model.remat in ("save_attention_out", "auto") or cfg.model.remat.startswith("offload_"):
         # Before the first device use: without it XLA re-runs the saved attention kernel on GPUs
@@ -118,6 +129,32 @@ def _train(argv: list[str]) -> int:
         print(f"WARNING: {result.degenerate_groups} of {result.trained_groups} preference groups trained gave no "
               "gradient (chosen identical to rejected after truncation; see the log above)")
     print(f"checkpoints: {result.checkpoint_dir}")
+    return 0
+
+
+def _compile_only(cfg, args) -> int:
+    """``--compile-only --topology NAME`` (training.compile_only): 0 when the step fits, 4 when it does not."""
+    if not (args.compile_only and args.topology):
+        raise ValueError("--compile-only and --topology go together (e.g. --compile-only --topology v5p-64)")
+    if not 0 < args.assume_mfu <= 1:
+        raise ValueError(f"--assume-mfu must be in (0, 1], got {args.assume_mfu}")
+    from longrm_jax.parallel.topology import parse, prepare_host_for_compile_only
+
+    topology = parse(args.topology, args.topology_slices)
+    prepare_host_for_compile_only()
+    if topology.platform == "gpu" and (cfg.model.remat in ("save_attention_out", "auto")
+                                       or cfg.model.remat.startswith("offload_")):
+        from longrm_jax.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
+
+        add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)  # as a GPU run sets them (see _train)
+    from longrm_jax.training.compile_only import compile_train_step
+
+    report = compile_train_step(cfg, topology, mfu=args.assume_mfu)
+    print("\n".join(report.lines))
+    if not report.fits:
+        first = report.error.splitlines()[0] if report.error else "the step does not fit"
+        print(f"error: {topology.label}: {first}", file=sys.stderr)
+        return 4
     return 0
 
 

@@ -115,13 +115,15 @@ def parse(name: str, slices: int = 1) -> Topology:
 
 def prepare_host_for_compile_only() -> None:
     """The process compiles only: JAX's own backend is the CPU (no accelerator is looked for), and libtpu is told
-    it runs on no TPU VM, so it neither queries a metadata server nor prints warnings about missing workers.
-    Call before anything starts a JAX backend."""
+    it runs on no TPU VM, so it neither queries a metadata server nor prints warnings about missing workers, and
+    that other processes may load it too (by default libtpu takes a machine-wide lock file: a second compiling
+    process, e.g. a parallel test worker, would fail). Call before anything starts a JAX backend."""
     import jax  # noqa: PLC0415
 
     os.environ["JAX_PLATFORMS"] = "cpu"
     for key, value in (("TPU_SKIP_MDS_QUERY", "1"), ("TPU_ACCELERATOR_TYPE", "v5p-8"),
-                       ("TPU_WORKER_HOSTNAMES", "localhost"), ("TPU_WORKER_ID", "0")):
+                       ("TPU_WORKER_HOSTNAMES", "localhost"), ("TPU_WORKER_ID", "0"),
+                       ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")):
         os.environ.setdefault(key, value)
     jax.config.update("jax_platforms", "cpu")
 
