@@ -24,6 +24,7 @@ from jax.sharding import NamedSharding
 from longrm_jax.evaluation.generation import _jitted_decode, _jitted_prefill, prepare_for_decoding
 from longrm_jax.evaluation.scoring import _JITTED_CLASSIFIER, _JITTED_GATHERED
 from longrm_jax.models.decoder import build_model
+from longrm_jax.ops.flash import compiling_for
 from longrm_jax.parallel.compiled import cost_flops, describe_counts, flop_text, hlo_op_counts
 from longrm_jax.parallel.mesh import logical_to_spec
 from longrm_jax.parallel.placement import fit_spec
@@ -87,7 +88,7 @@ def compile_programs(mcfg, topology: Topology, mesh, *, is_disrm: bool, rows: in
     rows_only = _tokens(mesh, rows, length, names=("batch",))
     reports = []
     model = abstract_model(mcfg, mesh, decoding=not is_disrm, decode_attention=decode_attention)
-    with jax.set_mesh(mesh):
+    with compiling_for(list(mesh.devices.flat)), jax.set_mesh(mesh):
         if is_disrm:
             if seq == 1 and mcfg.pad_token_id is not None:
                 compiled = _JITTED_CLASSIFIER.lower(model, ids).compile()

@@ -26,6 +26,7 @@ raise ``NotImplementedError`` if a non-zero LSE cotangent reaches them (never a 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 
@@ -72,6 +73,28 @@ def _tokamax():
         register_xprof_stub()
         import tokamax  # noqa: PLC0415
     return tokamax
+
+
+_COMPILE_TARGET: list = []  # the first device of the programs being compiled by ``compiling_for``, if any
+
+
+@contextlib.contextmanager
+def compiling_for(devices):
+    """Context for tracing and compiling programs for ``devices`` that may be compile-only (a topology's,
+    ``parallel.topology``). tokamax picks its kernel variant (sm90 Mosaic...) by JAX's default device, this
+    host's CPU: its kernels are traced with the target's first device as the default device instead, and on
+    GPUs tokamax cross-compiles (skips its check for a visible GPU)."""
+    with contextlib.ExitStack() as stack:
+        if target_of(devices).is_gpu and tokamax_available():
+            stack.enter_context(_tokamax().config.cross_compile(True))
+        _COMPILE_TARGET.append(devices[0])
+        stack.callback(_COMPILE_TARGET.pop)
+        yield
+
+
+def _on_target():
+    """Inside ``compiling_for``: the target device as JAX's default device while a tokamax kernel is traced."""
+    return jax.default_device(_COMPILE_TARGET[-1]) if _COMPILE_TARGET else contextlib.nullcontext()
 
 
 @functools.cache
@@ -167,7 +190,8 @@ class TokamaxKernel(LseVjpKernel):
 
     def fwd(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None):
         kwargs, exact = self._mask_kwargs(q, k, q_segment_ids, kv_segment_ids, causal, scale)
-        out, (m, l) = self.op(q, k, v, return_residuals=True, **kwargs)
+        with _on_target():
+            out, (m, l) = self.op(q, k, v, return_residuals=True, **kwargs)
         seen = l > 0
         lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), -jnp.inf).astype(jnp.float32)
         if "mask" in kwargs and self.implementation == "xla":
@@ -182,7 +206,8 @@ class TokamaxKernel(LseVjpKernel):
         bound = {name: val for name, val in bound.items() if name != "return_residuals"}
         # (m, l) = (lse, 1) reproduces p = exp(s - m) / l = exp(s - lse) with the global statistics.
         m = jnp.where(jnp.isneginf(lse), 0.0, lse).astype(jnp.float32)
-        grads = self.op.vjp((m, jnp.ones_like(m)), out.astype(q.dtype), dout.astype(q.dtype), q, k, v, **bound)
+        with _on_target():
+            grads = self.op.vjp((m, jnp.ones_like(m)), out.astype(q.dtype), dout.astype(q.dtype), q, k, v, **bound)
         return tuple(_poison_unless(exact, grads[name]) for name in ("q", "k", "v"))
 
 

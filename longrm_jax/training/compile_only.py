@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
+from longrm_jax.ops.flash import compiling_for
 from longrm_jax.parallel.compiled import cost_flops, describe_counts, flop_text, hlo_op_counts
 from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.parallel.topology import GiB, Topology, host_count, step_seconds
@@ -104,9 +105,10 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
     total_steps = cfg.steps or 1000
     tx, schedule = make_optimizer(cfg.optim, total_steps), lr_schedule(cfg.optim, total_steps)
     spec = StageSpec(cfg.stage, num_rejects, _groups_bound(cfg, 1), slots is not None)
+    key = jax.random.key(cfg.seed + 1)
     try:
-        plan = plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, jax.random.key(cfg.seed + 1),
-                               device_bytes=topology.chip.hbm_bytes)
+        with compiling_for(devices):
+            plan = plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, device_bytes=topology.chip.hbm_bytes)
     except MemoryPlanError as e:
         report.error = str(e)
         out.append(str(e))
