@@ -68,6 +68,8 @@ def default_jax_platforms(environ=None) -> None:
         return
     if hardware_utils.num_available_tpu_chips_and_device_id()[0] == 0 and not hardware_utils.has_visible_nvidia_gpu():
         environ["JAX_PLATFORMS"] = "cpu"
+        if environ is os.environ and "jax" in sys.modules:  # jax read the variable when it was imported
+            sys.modules["jax"].config.update("jax_platforms", "cpu")
 
 
 def _libtpu_installed() -> bool:

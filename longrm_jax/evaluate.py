@@ -241,10 +241,12 @@ def _compile_only(args: argparse.Namespace) -> int:
         add_gpu_xla_flags()  # what a GRM run on a GPU sets
     import os
 
+    from longrm_jax.cli_support import silence_absl_warnings
     from longrm_jax.evaluation.compile_only import compile_programs
     from longrm_jax.parallel.mesh import make_mesh
     from longrm_jax.parallel.topology import GiB, host_count
 
+    silence_absl_warnings()  # tokamax logs an autotuning-cache miss per kernel shape through absl
     head = "classifier" if args.is_disrm else "causal_lm"
     if os.path.isdir(args.model_path):
         from longrm_jax.hf.load import read_hf_config

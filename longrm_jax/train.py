@@ -147,8 +147,10 @@ def _compile_only(cfg, args) -> int:
         from longrm_jax.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
 
         add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)  # as a GPU run sets them (see _train)
+    from longrm_jax.cli_support import silence_absl_warnings
     from longrm_jax.training.compile_only import compile_train_step
 
+    silence_absl_warnings()  # tokamax logs an autotuning-cache miss per kernel shape through absl
     report = compile_train_step(cfg, topology, mfu=args.assume_mfu)
     print("\n".join(report.lines))
     if not report.fits:
