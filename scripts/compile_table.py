@@ -129,15 +129,16 @@ def _cell(r: dict | None) -> str:
     if "peak_gib" not in r:
         return f"failed: {r.get('error', '?')}"
     if not r.get("fits"):
-        return f"no: {r['peak_gib']:.1f} GiB > {r['hbm_gib']:.1f}"
-    step = f", {r['step_s']:.1f} s/step at {r.get('mfu_pct', 40)}% MFU" if "step_s" in r else ""
-    return f"fits: {r['peak_gib']:.1f} GiB{step}"
+        return f"no: {r['peak_gib']:.1f} > {r['hbm_gib']:.1f} GiB"
+    step = f", {r['step_s']:.1f} s" if "step_s" in r else ""
+    return f"{r['peak_gib']:.1f} GiB{step}"
 
 
 def markdown(results: dict) -> str:
-    lines = ["TPU pods, compiled, not run (`python scripts/compile_table.py`; peak GiB per chip from the compiled "
-             "programs' memory analysis against the chip's HBM: v5p 95 GiB, v6e 32 GiB; step time for 8 rows of "
-             "131,072 tokens at 40% MFU of the bf16 peak: v5p 459, v6e 918 TFLOP/s per chip):", "",
+    lines = ["**TPU pods, compiled, not run** (`python scripts/compile_table.py`): peak GiB per chip from the "
+             "compiled step's memory analysis (HBM: v5p 95 GiB, v6e 32 GiB; \"no\": over it) and the step time "
+             "implied at 40% MFU (bf16 peak per chip: v5p 459, v6e 918 TFLOP/s) for 8 rows of 131,072 tokens; "
+             "remat `full`, splash attention inside the ring over `mesh.seq`.", "",
              "| config (128K-token rows) | " + " | ".join(
                  t for t in ("v5p-64", "v5p-8", "v6e-8", "v6e-16", "v6e-64")) + " |",
              "|---|" + "---|" * 5]
@@ -151,9 +152,10 @@ def markdown(results: dict) -> str:
     over = results.get("qwen3_8b_grm_simpo_tpu@v5p-8@1M-seq1")
     if over:
         lines += ["", f"Oversized (exit 4): 1M-token rows on a v5p-8 with `mesh.seq: 1`: {_cell(over)}."]
-    lines += ["", "GPU meshes, compiled, not run (Qwen3-8B shapes, bf16 weights and AdamW state, remat full, ring "
-              "attention over `mesh.seq` with the `pallas` blocks; peak GiB per GPU):", "",
-              "| setup | GPUs | peak per GPU |", "|---|---|---|"]
+    lines += ["", "**GPU meshes, compiled, not run** (Qwen3-8B shapes, bf16 weights and AdamW state, remat `full`, "
+              "ring attention over all GPUs (`mesh.seq`) with `pallas` blocks; peak GiB per GPU, HBM H100 79.1, "
+              "H200 141 GiB; step time at 40% MFU of 989 TFLOP/s per GPU):", "",
+              "| setup | GPUs | peak per GPU, step time |", "|---|---|---|"]
     for row in rows():
         if row["group"] in ("gpu", "gpu-pairs"):
             what = ("SFT, one 1M-token row" if row["group"] == "gpu" else
@@ -168,6 +170,9 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="compiles at a time (default 2)")
     p.add_argument("--force", action="store_true", help="compile rows already in the results again")
     p.add_argument("--markdown", action="store_true", help="print the tables from the stored results only")
+    p.add_argument("--write", action="store_true",
+                   help="also put the tables into README.md and docs/compile_only.md, between their "
+                        "'<!-- compile_table:begin -->' and '<!-- compile_table:end -->' lines")
     args = p.parse_args(argv)
     results = load()
     if not args.markdown:
@@ -180,8 +185,24 @@ def main(argv=None) -> int:
                 results = load() | {row["id"]: fut.result()}
                 save(results)
                 print(f"{row['id']}: {_cell(results[row['id']])} ({results[row['id']]['compile_s']} s)", flush=True)
-    print(markdown(results))
+    text = markdown(results)
+    print(text)
+    if args.write:
+        for path in ("README.md", os.path.join("docs", "compile_only.md")):
+            write_between_markers(os.path.join(ROOT, path), text)
     return 0
+
+
+def write_between_markers(path: str, text: str) -> None:
+    begin, end = "<!-- compile_table:begin -->", "<!-- compile_table:end -->"
+    with open(path, encoding="utf-8") as f:
+        doc = f.read()
+    if begin not in doc or end not in doc:
+        raise SystemExit(f"{path}: no {begin} ... {end} lines to write the tables between")
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"{head}{begin}\n{text}\n{end}{tail}")
 
 
 if __name__ == "__main__":

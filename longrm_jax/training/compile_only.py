@@ -26,9 +26,10 @@ from longrm_jax.ops.flash import compiling_for
 from longrm_jax.parallel.compiled import cost_flops, describe_counts, flop_text, hlo_op_counts
 from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.parallel.topology import GiB, Topology, host_count, step_seconds
-from longrm_jax.training.config import TrainConfig
+from longrm_jax.training.config import ModelSection, TrainConfig
 from longrm_jax.training.memory_plan import MemoryPlanError, plan_train_step, predicted_host, predicted_peak
 from longrm_jax.training.telemetry import step_flops
+
 
 @dataclass
 class CompileReport:
@@ -66,6 +67,10 @@ def _model_config(cfg: TrainConfig):
     init = cfg.model.init
     if init is None or os.path.isdir(init):
         return model_config(cfg, tokenizer), None
+    if cfg.model.preset == ModelSection.preset:  # the default: the config did not say which shapes init has
+        raise FileNotFoundError(
+            f"model.init {init} is not on this host and the config names no model.preset: say which shapes to "
+            f"compile for, e.g. --set model.preset=qwen3_8b ({', '.join(sorted(PRESETS))})")
     note = (f"model.init {init} is not on this host: compiling for model.preset {cfg.model.preset}"
             + (" + model.overrides" if cfg.model.overrides else ""))
     return with_training_numerics(preset_config(cfg, tokenizer), cfg), note
@@ -131,7 +136,7 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
     report.step_s = step_seconds(counted, topology.chips, topology.chip.peak_bf16, mfu)
     compiled_text = ("n/a" if report.flops_compiled is None else
                      f"{flop_text(report.flops_compiled)} (XLA cost analysis, {len(compiled)} programs x "
-                     f"{topology.chips} chips; counts remat recompute)")
+                     f"{topology.chips} chips: each loop body once, no FLOPs inside kernels; docs/compile_only.md)")
     out.append(f"FLOPs per step: {flop_text(counted)} (docs/flops.md count) | {compiled_text}")
     out.append(f"step time at {100 * mfu:.0f}% MFU: {report.step_s:.3g} s "
                f"({topology.chips} x {topology.chip.peak_bf16 / 1e12:.0f} TFLOP/s bf16 peak); "
