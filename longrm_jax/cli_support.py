@@ -40,6 +40,7 @@ def error_line(error: BaseException) -> str:
 def run_cli(body: Callable[[list[str]], int | None], argv: Sequence[str] | None = None) -> int:
     """Run ``body(argv)``; exceptions become one ``error:`` line and exit status 1 unless debugging."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    default_jax_platforms()
     try:
         return body(argv) or 0
     except KeyboardInterrupt:
@@ -50,6 +51,31 @@ def run_cli(body: Callable[[list[str]], int | None], argv: Sequence[str] | None 
             raise
         print(error_line(error), file=sys.stderr)
         return 1
+
+
+def default_jax_platforms(environ=None) -> None:
+    """``JAX_PLATFORMS=cpu`` on a host with libtpu installed (the ``test`` / ``tpu`` extras) but neither a TPU
+    chip nor an NVIDIA GPU: JAX would otherwise start libtpu's TPU backend, which looks for TPU chips and
+    workers and prints screenfuls of warnings before every CPU run. Left alone when JAX_PLATFORMS is set, on
+    TPU and GPU hosts, and without libtpu. (Compiling for a TPU topology loads libtpu on its own:
+    ``parallel.topology``.)"""
+    environ = os.environ if environ is None else environ
+    if environ.get("JAX_PLATFORMS") or not _libtpu_installed():
+        return
+    try:
+        from jax._src import hardware_utils  # noqa: PLC0415 - private; the check jax's own TPU start-up makes
+    except ImportError:
+        return
+    if hardware_utils.num_available_tpu_chips_and_device_id()[0] == 0 and not hardware_utils.has_visible_nvidia_gpu():
+        environ["JAX_PLATFORMS"] = "cpu"
+        if environ is os.environ and "jax" in sys.modules:  # jax read the variable when it was imported
+            sys.modules["jax"].config.update("jax_platforms", "cpu")
+
+
+def _libtpu_installed() -> bool:
+    import importlib.util  # noqa: PLC0415
+
+    return importlib.util.find_spec("libtpu") is not None
 
 
 def silence_absl_warnings() -> None:

@@ -43,9 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "predictions.jsonl and accuracy_by_length.png under --save-path.",
     )
     parser.add_argument("--model-path", required=True,
-                        help="local Hugging Face checkpoint directory (config.json, safetensors, tokenizer)")
-    parser.add_argument("--data-path", required=True,
-                        help="directory holding {Task}.jsonl files (or one .jsonl file): the benchmark data")
+                        help="local Hugging Face checkpoint directory (config.json, safetensors, tokenizer); with "
+                             "--compile-only also a directory with only config.json, or a preset name "
+                             "(qwen3_8b, llama31_8b)")
+    parser.add_argument("--data-path", default=None,
+                        help="directory holding {Task}.jsonl files (or one .jsonl file): the benchmark data "
+                             "(required unless --compile-only)")
     parser.add_argument("--is-disrm", action="store_true",
                         help="discriminative RM (sequence classifier): score each answer with the reward head "
                              "instead of generating a judgement")
@@ -139,6 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--strict-kernels", action="store_true",
                         help="stop instead of warning when a slower fallback would run (a broken tokamax import, "
                              "a failed memory_stats() shrinking the GRM slot pool, ...)")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="compile the evaluator's programs (DisRM: scoring; GRM: prefill and decode) for "
+                             "--topology at --compile-length tokens x --batch-size rows, without weights, data "
+                             "or accelerator; print memory per chip, FLOPs, kernels and collectives and exit "
+                             "(non-zero when a program does not fit)")
+    parser.add_argument("--topology", metavar="NAME",
+                        help="with --compile-only: a TPU slice (v5p-8, v6e-16) or GPU hosts (h100x8, h200x1)")
+    parser.add_argument("--topology-slices", type=int, default=1, metavar="N", help="TPU multislice: N slices")
+    parser.add_argument("--compile-length", type=int, default=None, metavar="TOKENS",
+                        help="with --compile-only: prompt length to compile for (default: --max-length)")
     add_debug_flag(parser)
     parser.add_argument("--no-gpu-flags", action="store_true",
                         help="GRM: do not add the GPU decode XLA flags. By default a GRM run on a GPU appends "
@@ -241,7 +254,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _evaluate(argv: Sequence[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.compile_only or args.topology:
+        return _compile_only(args)
+    if not args.data_path:
+        parser.error("the following arguments are required: --data-path")
     check_args(args)
     from longrm_jax.ops import slow_paths
 
@@ -279,6 +297,61 @@ def _evaluate(argv: Sequence[str]) -> int:
         if line:
             print(line)
     print(f"outputs written to {cfg.resolved_save_path()}")
+    return 0
+
+
+def _compile_only(args: argparse.Namespace) -> int:
+    """``--compile-only --topology NAME`` (evaluation.compile_only): 0 when every program fits, 4 otherwise."""
+    if not (args.compile_only and args.topology):
+        raise ValueError("--compile-only and --topology go together (e.g. --compile-only --topology v5p-8)")
+    from longrm_jax.parallel.topology import parse, prepare_host_for_compile_only
+
+    topology = parse(args.topology, args.topology_slices)
+    prepare_host_for_compile_only()
+    if topology.platform == "gpu" and not args.is_disrm and not args.no_gpu_flags:
+        add_gpu_xla_flags()  # what a GRM run on a GPU sets
+    import os
+
+    from longrm_jax.cli_support import silence_absl_warnings
+    from longrm_jax.evaluation.compile_only import compile_programs
+    from longrm_jax.parallel.mesh import make_mesh
+    from longrm_jax.parallel.topology import GiB, host_count
+
+    silence_absl_warnings()  # tokamax logs an autotuning-cache miss per kernel shape through absl
+    head = "classifier" if args.is_disrm else "causal_lm"
+    if os.path.isdir(args.model_path):
+        from longrm_jax.hf.load import read_hf_config
+        from longrm_jax.models.config import from_hf_config
+
+        mcfg = from_hf_config(read_hf_config(args.model_path), head=head)
+    else:
+        from longrm_jax.models.config import ModelConfig
+        from longrm_jax.training.model_setup import PRESETS
+
+        if args.model_path not in PRESETS or "vocab_size" not in PRESETS[args.model_path]:
+            raise ValueError(f"--model-path {args.model_path}: not a directory nor a preset with its own "
+                             f"vocabulary ({', '.join(k for k, v in PRESETS.items() if 'vocab_size' in v)})")
+        mcfg = ModelConfig(**PRESETS[args.model_path]).replace(head=head)
+    mcfg = mcfg.replace(dtype=args.dtype, param_dtype=args.dtype)
+    devices = topology.devices()
+    mesh = make_mesh(**(args.mesh or {"fsdp": -1}), devices=devices)
+    length = args.compile_length or args.max_length
+    rows = args.batch_size or 1
+    print(f"topology {topology.label}: {topology.chips} x {topology.chip.device_kind} ({host_count(devices)} "
+          f"host(s)), {topology.chip.hbm_bytes / GiB:.1f} GiB HBM per chip; compile only, nothing runs")
+    print("mesh " + " x ".join(f"{k} {v}" for k, v in mesh.shape.items()) + f"; {'DisRM' if args.is_disrm else 'GRM'} "
+          f"{mcfg.num_layers} layers, hidden {mcfg.hidden_size}, {args.dtype}; {rows} row(s) x {length} tokens")
+    reports = compile_programs(mcfg, topology, mesh, is_disrm=args.is_disrm, rows=rows, length=length,
+                               max_new_tokens=args.max_new_tokens, decode_attention=args.decode_attention)
+    for report in reports:
+        print(report.describe(topology.chip.hbm_bytes))
+    too_big = [r for r in reports if r.peak > topology.chip.hbm_bytes]
+    if too_big:
+        r = too_big[0]
+        print(f"error: {topology.label}: {r.name} does not fit: predicted {r.peak / GiB:.2f} GiB per chip, available "
+              f"{topology.chip.hbm_bytes / GiB:.1f} GiB; reduce it with --compile-length / --batch-size, a mesh over "
+              "more chips (--mesh fsdp=N,seq=M) or a larger topology", file=sys.stderr)
+        return 4
     return 0
 
 

@@ -40,6 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict-kernels", action="store_true",
                    help="stop instead of warning when a slower fallback kernel would run (a broken tokamax import, "
                         "a cuDNN too old for the packed backward, ...); same as --set strict_kernels=true")
+    p.add_argument("--compile-only", action="store_true",
+                   help="compile the train step for --topology without data, weights or accelerator, print memory "
+                        "per chip, FLOPs, kernels and collectives, and exit (non-zero when it does not fit)")
+    p.add_argument("--topology", metavar="NAME",
+                   help="with --compile-only: a TPU slice (v5p-64, v6e-16, v5e-8, v4-32) or GPU hosts (h100x8, "
+                        "h200x4, h100x8x2 = 2 hosts x 8)")
+    p.add_argument("--topology-slices", type=int, default=1, metavar="N", help="TPU multislice: N slices")
+    p.add_argument("--assume-mfu", type=float, default=0.4, metavar="F",
+                   help="with --compile-only: the MFU at which the step time is stated (default 0.4)")
     from longrm_jax.cli_support import add_debug_flag
 
     add_debug_flag(p)
@@ -83,6 +92,8 @@ def _train(argv: list[str]) -> int:
     from longrm_jax.ops import slow_paths
 
     slow_paths.set_strict(cfg.strict_kernels or args.strict_kernels)
+    if args.compile_only or args.topology:
+        return _compile_only(cfg, args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if cfg.model.remat in ("save_attention_out", "auto") or cfg.model.remat.startswith("offload_"):
         # Before the first device use: without it XLA re-runs the saved attention kernel on GPUs
@@ -152,6 +163,34 @@ def run_summary(result) -> str:
     saved = ", ".join(map(str, result.saved_steps)) or "none"
     return (f"summary: {steps}, final loss {'n/a' if loss is None else f'{loss:.4f}'}, held-out accuracy "
             f"{accuracy}, wall time {result.wall_s:.1f} s, {speed}; checkpoint steps {saved}")
+
+
+def _compile_only(cfg, args) -> int:
+    """``--compile-only --topology NAME`` (training.compile_only): 0 when the step fits, 4 when it does not."""
+    if not (args.compile_only and args.topology):
+        raise ValueError("--compile-only and --topology go together (e.g. --compile-only --topology v5p-64)")
+    if not 0 < args.assume_mfu <= 1:
+        raise ValueError(f"--assume-mfu must be in (0, 1], got {args.assume_mfu}")
+    from longrm_jax.parallel.topology import parse, prepare_host_for_compile_only
+
+    topology = parse(args.topology, args.topology_slices)
+    prepare_host_for_compile_only()
+    if topology.platform == "gpu" and (cfg.model.remat in ("save_attention_out", "auto")
+                                       or cfg.model.remat.startswith("offload_")):
+        from longrm_jax.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
+
+        add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)  # as a GPU run sets them (see _train)
+    from longrm_jax.cli_support import silence_absl_warnings
+    from longrm_jax.training.compile_only import compile_train_step
+
+    silence_absl_warnings()  # tokamax logs an autotuning-cache miss per kernel shape through absl
+    report = compile_train_step(cfg, topology, mfu=args.assume_mfu)
+    print("\n".join(report.lines))
+    if not report.fits:
+        first = report.error.splitlines()[0] if report.error else "the step does not fit"
+        print(f"error: {topology.label}: {first}", file=sys.stderr)
+        return 4
+    return 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import pytest
 from longrm_jax import cli_support
 from longrm_jax.data import inspect_data as inspect_cli
 from longrm_jax.data import synthetic
+from longrm_jax.parallel.target import Target
 
 
 @pytest.mark.parametrize("module, prog", [(inspect_cli, "python -m longrm_jax.data.inspect_data"),
@@ -60,8 +61,8 @@ def test_gpu_without_tokamax_warns_once_naming_the_extra(monkeypatch, caplog):
 
     attention = importlib.import_module("longrm_jax.ops.dispatch")  # where the kernel choice lives
 
-    monkeypatch.setattr(attention.jax, "default_backend", lambda: "gpu")
-    monkeypatch.setattr(flash, "hybrid_available", lambda: False)
+    monkeypatch.setattr(attention, "target_of", lambda *a: Target("gpu", "NVIDIA H100", 9.0))
+    monkeypatch.setattr(flash, "hybrid_available", lambda *a: False)
     monkeypatch.setattr(flash, "tokamax_available", lambda: False)
     monkeypatch.setattr(flash, "tokamax_unavailable_reason", lambda: "not installed")
     attention.warn_missing_tokamax.cache_clear()

@@ -17,6 +17,7 @@ from longrm_jax.ops import cudnn_flash, cudnn_packed, dense_reference, dispatch,
 from longrm_jax.ops.ring import ring_attention
 from longrm_jax.ops.xla_attention import xla_attention_bwd
 from longrm_jax.parallel.mesh import make_mesh
+from longrm_jax.parallel.target import Target
 from longrm_jax.parallel.zigzag import zigzag_reorder, zigzag_restore
 
 B, T, HQ, HKV, D = 2, 64, 8, 2, 16
@@ -143,13 +144,12 @@ def test_ring_backward_with_hybrid_blocks(fake_cudnn):
 
 
 def test_auto_picks_the_fastest_fwd_bwd_kernel(monkeypatch):
-    monkeypatch.setattr(dispatch.jax, "default_backend", lambda: "gpu")
-    monkeypatch.setattr(dispatch, "_gpu_compute_capability", lambda: 9.0)
+    monkeypatch.setattr(dispatch, "target_of", lambda *a: Target("gpu", "NVIDIA H100", 9.0))
     monkeypatch.setattr(flash, "tokamax_available", lambda: True)
-    monkeypatch.setattr(flash, "hybrid_available", lambda: True)
+    monkeypatch.setattr(flash, "hybrid_available", lambda *a: True)
     assert dispatch.local_impl("auto") == "pallas"
     assert dispatch.local_impl("auto", has_segment_ids=True) == "pallas"
-    monkeypatch.setattr(flash, "hybrid_available", lambda: False)  # tokamax alone loses fwd+bwd to cuDNN
+    monkeypatch.setattr(flash, "hybrid_available", lambda *a: False)  # tokamax alone loses fwd+bwd to cuDNN
     assert dispatch.local_impl("auto") == "cudnn"
     assert dispatch.local_impl("auto", has_segment_ids=True) == "pallas"
     monkeypatch.setattr(flash, "tokamax_available", lambda: False)

@@ -137,7 +137,9 @@ def test_ring_with_splash_blocks_on_8_devices(zigzag):
 def test_auto_picks_splash_on_tpu(monkeypatch):
     from longrm_jax.ops import dispatch
 
-    monkeypatch.setattr(dispatch.jax, "default_backend", lambda: "tpu")
+    from longrm_jax.parallel.target import Target
+
+    monkeypatch.setattr(dispatch, "target_of", lambda *a: Target("tpu", "TPU v5"))
     assert dispatch.local_impl("auto") == "splash"
     assert dispatch.local_impl("auto", has_segment_ids=True) == "splash"
 

@@ -44,6 +44,7 @@ from longrm_jax.evaluation.slot_plan import (  # noqa: F401 - MEMORY_FRACTION, M
     plan_pools,
     plan_slots,
 )
+from longrm_jax.parallel.target import target_of
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +199,7 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
 
     max_new = generator.max_new_tokens
     pad_id = generator.pad_id
-    admit, decode = _jitted(int(chunk), max_new, pad_id, jax.default_backend() != "cpu")
+    admit, decode = _jitted(int(chunk), max_new, pad_id, target_of(generator.mesh).platform != "cpu")
     stop_set = set(np.asarray(generator.stop_ids).tolist())
     num_letters = int(generator.letter_ids.shape[0])
     results: list = [None] * len(prompts)

@@ -34,6 +34,7 @@ from longrm_jax.evaluation.decoding import Generation, letter_logprobs
 from longrm_jax.evaluation.scoring import mesh_sizes
 from longrm_jax.models.layers import constrain
 from longrm_jax.parallel.placement import place_batch
+from longrm_jax.parallel.target import target_of
 from longrm_jax.parallel.zigzag import zigzag_permutation
 
 logger = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ def prepare_for_decoding(model, mesh: Mesh | None = None, decode_attention: str 
     model.model.fuse_projections()
     if decode_attention == "auto":
         one_device = mesh is None or mesh.size == 1
-        decode_attention = "pallas" if jax.default_backend() == "gpu" and one_device else "xla"
+        decode_attention = "pallas" if target_of(mesh).is_gpu and one_device else "xla"
     if decode_attention == "xla":
         unroll_layers = None  # measured (and chosen) with the kernel only
     elif unroll_layers is None:
@@ -178,7 +179,7 @@ class GreedyGenerator:
         self.memory_bytes = memory_bytes
         self.timings: dict = {}
         _, self.seq_size = mesh_sizes(mesh)
-        self._decode = _jitted_decode(self.max_new_tokens, self.pad_id, jax.default_backend() != "cpu")
+        self._decode = _jitted_decode(self.max_new_tokens, self.pad_id, target_of(mesh).platform != "cpu")
 
     def _prefill_fn(self, max_len: int):
         return _jitted_prefill(max_len)

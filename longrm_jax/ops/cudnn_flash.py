@@ -35,6 +35,8 @@ import logging
 import jax
 import jax.numpy as jnp
 
+from longrm_jax.parallel.target import target_of
+
 log = logging.getLogger(__name__)
 
 _BWD_PARAMS = ("query", "key", "value", "bias", "q_seqlen", "kv_seqlen", "q_offsets", "kv_offsets",
@@ -70,18 +72,23 @@ def available() -> bool:
     return _FA is not None
 
 
-@functools.cache
 def _cudnn_ok() -> bool:
-    """A GPU of compute capability >= 9.0 with cuDNN (checked once, on first use)."""
-    if not available() or jax.default_backend() != "gpu":
+    """The target GPU (``parallel.target``: the current mesh's devices) has compute capability >= 9.0 and
+    this process has cuDNN (checked once per target kind)."""
+    target = target_of()
+    return target.is_gpu and _cudnn_ok_for(target.compute_capability)
+
+
+@functools.cache
+def _cudnn_ok_for(compute_capability: float) -> bool:
+    if not available() or compute_capability < 9.0:
         return False
     try:
         _FA.check_cudnn_version()
-        cc = getattr(jax.devices()[0], "compute_capability", None)
-        return bool(cc) and float(cc) >= 9.0
     except Exception as e:  # noqa: BLE001
         log.warning("cuDNN flash attention unusable here (%s: %s)", type(e).__name__, e)
         return False
+    return True
 
 
 def supports(q, k, *, causal, has_segment_ids, check_device=True) -> bool:

@@ -1,7 +1,8 @@
 """Which single-device kernel runs an attention: ``resolve_impl``, ``local_impl`` and the kernel objects.
 
 ``auto`` picks ring attention when the current mesh has a ``seq`` axis of size > 1; otherwise the fastest
-kernel for fwd+bwd that can honour the requested mask on this backend (H200, 32K-128K: the hybrid ``pallas``
+kernel for fwd+bwd that can honour the requested mask on the target devices (``parallel.target``: the
+current mesh's, so a program compiled for a TPU topology from a CPU host picks splash) (H200, 32K-128K: the hybrid ``pallas``
 > ``cudnn`` > ``pallas-mosaic``; see docs/benchmarks.md).
 """
 
@@ -9,18 +10,10 @@ from __future__ import annotations
 
 import functools
 
-import jax
-
 from longrm_jax.ops import flash
 from longrm_jax.ops.contract import check_impl, check_interpret, seq_axis_size
 from longrm_jax.ops.xla_attention import XlaBlockKernel
-
-
-@functools.cache
-def _gpu_compute_capability():
-    dev = jax.devices()[0]
-    cc = getattr(dev, "compute_capability", None)
-    return float(cc) if cc else 0.0
+from longrm_jax.parallel.target import target_of
 
 
 def resolve_impl(impl="auto", *, has_segment_ids=False, ring_axis="seq", cross_lengths=False):
@@ -59,14 +52,14 @@ def local_impl(impl="auto", *, has_segment_ids=False):
         raise ValueError("'ring' is not a single-device kernel")
     if impl != "auto":
         return impl
-    backend = jax.default_backend()
-    if backend == "tpu":
+    target = target_of()  # the devices the program is built for (a compile-only TPU/GPU mesh too), not the host's
+    if target.is_tpu:
         return "splash"
-    if backend == "gpu":
+    if target.is_gpu:
         # fwd+bwd on H200 (TFLOP/s at 32K): hybrid pallas ~ cuDNN's backward + a faster forward > cudnn 550
         # > tokamax mosaic alone 488. Only tokamax honours segment ids.
-        if flash.hybrid_available() or (has_segment_ids and flash.tokamax_available()
-                                        and _gpu_compute_capability() >= 9.0):
+        if flash.hybrid_available(target) or (has_segment_ids and flash.tokamax_available()
+                                              and target.compute_capability >= 9.0):
             return "pallas"
         if not flash.tokamax_available():
             warn_missing_tokamax("cudnn" if not has_segment_ids else "xla")

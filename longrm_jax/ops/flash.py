@@ -26,6 +26,7 @@ raise ``NotImplementedError`` if a non-zero LSE cotangent reaches them (never a 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 
@@ -36,6 +37,7 @@ from longrm_jax.ops import cudnn_flash, cudnn_packed
 from longrm_jax.ops.contract import AttentionNotSupportedError, check_interpret
 from longrm_jax.ops.kernel_vjp import LseVjpKernel, lse_vjp_kernel
 from longrm_jax.ops.splash import SplashKernel
+from longrm_jax.parallel.target import target_of
 
 
 # ------------------------------------------------------------------------------------------ tokamax
@@ -71,6 +73,28 @@ def _tokamax():
         register_xprof_stub()
         import tokamax  # noqa: PLC0415
     return tokamax
+
+
+_COMPILE_TARGET: list = []  # the first device of the programs being compiled by ``compiling_for``, if any
+
+
+@contextlib.contextmanager
+def compiling_for(devices):
+    """Context for tracing and compiling programs for ``devices`` that may be compile-only (a topology's,
+    ``parallel.topology``). tokamax picks its kernel variant (sm90 Mosaic...) by JAX's default device, this
+    host's CPU: its kernels are traced with the target's first device as the default device instead, and on
+    GPUs tokamax cross-compiles (skips its check for a visible GPU)."""
+    with contextlib.ExitStack() as stack:
+        if target_of(devices).is_gpu and tokamax_available():
+            stack.enter_context(_tokamax().config.cross_compile(True))
+        _COMPILE_TARGET.append(devices[0])
+        stack.callback(_COMPILE_TARGET.pop)
+        yield
+
+
+def _on_target():
+    """Inside ``compiling_for``: the target device as JAX's default device while a tokamax kernel is traced."""
+    return jax.default_device(_COMPILE_TARGET[-1]) if _COMPILE_TARGET else contextlib.nullcontext()
 
 
 @functools.cache
@@ -177,7 +201,8 @@ class TokamaxKernel(LseVjpKernel):
 
     def fwd(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None):
         kwargs, exact = self._mask_kwargs(q, k, q_segment_ids, kv_segment_ids, causal, scale)
-        out, (m, l) = self.op(q, k, v, return_residuals=True, **kwargs)
+        with _on_target():
+            out, (m, l) = self.op(q, k, v, return_residuals=True, **kwargs)
         seen = l > 0
         lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), -jnp.inf).astype(jnp.float32)
         if "mask" in kwargs and self.implementation == "xla":
@@ -192,7 +217,8 @@ class TokamaxKernel(LseVjpKernel):
         bound = {name: val for name, val in bound.items() if name != "return_residuals"}
         # (m, l) = (lse, 1) reproduces p = exp(s - m) / l = exp(s - lse) with the global statistics.
         m = jnp.where(jnp.isneginf(lse), 0.0, lse).astype(jnp.float32)
-        grads = self.op.vjp((m, jnp.ones_like(m)), out.astype(q.dtype), dout.astype(q.dtype), q, k, v, **bound)
+        with _on_target():
+            grads = self.op.vjp((m, jnp.ones_like(m)), out.astype(q.dtype), dout.astype(q.dtype), q, k, v, **bound)
         return tuple(_poison_unless(exact, grads[name]) for name in ("q", "k", "v"))
 
 
@@ -297,46 +323,46 @@ class CudnnKernel:
 # ------------------------------------------------------------------------------------------ registry
 
 
-@functools.cache
-def _compute_capability():
-    cc = getattr(jax.devices()[0], "compute_capability", None)
-    return float(cc) if cc else 0.0
-
-
-def hybrid_available() -> bool:
-    """The ``pallas`` GPU kernel is the Mosaic + cuDNN-backward hybrid (Hopper+, tokamax, private cuDNN API)."""
-    return (jax.default_backend() == "gpu" and _compute_capability() >= 9.0 and tokamax_available()
+def hybrid_available(target=None) -> bool:
+    """The ``pallas`` GPU kernel is the Mosaic + cuDNN-backward hybrid (Hopper+, tokamax, private cuDNN API) on
+    ``target`` (default: the current mesh's devices, ``parallel.target``)."""
+    target = target or target_of()
+    return (target.is_gpu and target.compute_capability >= 9.0 and tokamax_available()
             and cudnn_flash.available())
 
 
-@functools.cache
-def get_kernel(name, interpret=False):
-    """Kernel object for ``cudnn`` / ``pallas`` / ``pallas-mosaic`` / ``pallas-triton`` / ``splash`` here; raises
-    if unavailable.
+def get_kernel(name, interpret=False, target=None):
+    """Kernel object for ``cudnn`` / ``pallas`` / ``pallas-mosaic`` / ``pallas-triton`` / ``splash`` on ``target``
+    (default: the devices of the current mesh, ``parallel.target``); raises if unavailable there.
 
     ``pallas`` on GPU: the hybrid (tokamax Mosaic forward + cuDNN backward) on Hopper+, tokamax Triton
     before; ``pallas-mosaic`` / ``pallas-triton``: tokamax alone (its own forward and backward). ``pallas`` on
     TPU and ``splash``: TPU splash attention; ``interpret=True`` (splash only) runs it in the Pallas
     interpreter on any backend.
     """
-    backend = jax.default_backend()
+    target = target or target_of()
+    return _kernel_for(name, bool(interpret), target.platform, target.compute_capability)
+
+
+@functools.cache
+def _kernel_for(name, interpret, backend, compute_capability):
     check_interpret(name, interpret)
     if name == "splash" or (name == "pallas" and backend == "tpu"):
         if backend != "tpu" and not interpret:
-            raise AttentionNotSupportedError(f"impl='splash' needs a TPU (backend is {backend!r}); interpret=True "
+            raise AttentionNotSupportedError(f"impl='splash' needs a TPU (target is {backend!r}); interpret=True "
                                              "runs it in the Pallas interpreter (slow, for tests)")
         return SplashKernel(interpret=interpret)
     if name == "cudnn":
         if backend != "gpu":
-            raise AttentionNotSupportedError(f"impl='cudnn' needs an NVIDIA GPU (backend is {backend!r})")
+            raise AttentionNotSupportedError(f"impl='cudnn' needs an NVIDIA GPU (target is {backend!r})")
         return CudnnKernel()
     if name in ("pallas", "pallas-mosaic", "pallas-triton"):
         if backend != "gpu":
             raise AttentionNotSupportedError(f"impl={name!r} needs a GPU{' or TPU' if name == 'pallas' else ''} "
-                                             f"(backend is {backend!r})")
+                                             f"(target is {backend!r})")
         if not tokamax_available():
             raise AttentionNotSupportedError(f"impl={name!r} on GPU needs tokamax (pip install 'longrm_jax[gpu]')")
-        if name == "pallas-triton" or (name == "pallas" and _compute_capability() < 9.0):
+        if name == "pallas-triton" or (name == "pallas" and compute_capability < 9.0):
             return TokamaxKernel("triton")
         return HybridKernel("mosaic") if name == "pallas" else TokamaxKernel("mosaic")
     raise AttentionNotSupportedError(f"no accelerator kernel named {name!r}")

@@ -70,15 +70,34 @@ def block_sizes(t: int, s: int, head_dim: int):
                          block_kv_dkv_compute=bkv, block_q_dq=bq, block_kv_dq=bkv)
 
 
+def _splash_mask_info():
+    from jax.experimental.pallas.ops.tpu.splash_attention import (  # noqa: PLC0415 - TPU kernels, on first use
+        splash_attention_mask_info,
+    )
+
+    return splash_attention_mask_info
+
+
 @functools.cache
 def _kernel(t: int, s: int, heads: int, head_dim: int, causal: bool, interpret: bool):
-    """The splash kernel for padded lengths ``t`` x ``s`` (built once per shape: mask tables are host work)."""
+    """The splash kernel for padded lengths ``t`` x ``s``, built once per shape.
+
+    Its mask tables (which blocks to visit, in what order) are built here on the host with numpy and enter the
+    program as constants. ``make_splash_mha`` would turn them into JAX arrays, i.e. run device ops while the
+    caller traces: that fails where there is no device to run them (a program compiled for a TPU topology from
+    a CPU host) and would copy the tables on each new trace on a real pod.
+    """
     sk, sm = _splash()
-    mask = sm.CausalMask((t, s)) if causal else sm.FullMask((t, s))
-    with jax.ensure_compile_time_eval():  # the mask tables are constants, not values of the calling trace
-        return sk.make_splash_mha(sm.MultiHeadMask([mask] * heads),
-                                  block_sizes=block_sizes(t, s, head_dim),
-                                  save_residuals=True, head_shards=1, q_seq_shards=1, interpret=interpret)
+    info = _splash_mask_info()
+    mask = sm.MultiHeadMask([sm.CausalMask((t, s)) if causal else sm.FullMask((t, s))] * heads)
+    sizes = block_sizes(t, s, head_dim)
+    fwd, mask_function = info.process_mask(mask, (sizes.block_q, sizes.block_kv), head_shards=1, q_seq_shards=1)
+    dq, _ = info.process_mask(mask, (sizes.block_q_dq, sizes.block_kv_dq), head_shards=1, q_seq_shards=1)
+    dkv, _ = info.process_mask_dkv(mask, (sizes.block_q_dkv, sizes.block_kv_dkv), head_shards=1, q_seq_shards=1,
+                                   shrink_grid=True)
+    return sk.SplashAttentionKernel(fwd, dq, dkv, block_sizes=sizes, is_mqa=False, save_residuals=True,
+                                    mask_value=sk.DEFAULT_MASK_VALUE, attn_logits_soft_cap=None,
+                                    residual_checkpoint_name=None, mask_function=mask_function, interpret=interpret)
 
 
 @functools.cache

@@ -236,13 +236,14 @@ class StepPlan:
     programs: list
     tried: list
     mlp_chunk_tokens: int = 0
+    device_kind: str = ""  # of the mesh the step was compiled for
 
     def write(self, path: str) -> None:
         """The plan as JSON (``<output_dir>/memory_plan.json``): chosen remat, candidates tried, per program."""
         import json
 
         with open(path, "w", encoding="utf-8") as f:
-            json.dump({"device": jax.devices()[0].device_kind, "remat": self.remat,
+            json.dump({"device": self.device_kind or jax.devices()[0].device_kind, "remat": self.remat,
                        "mlp_chunk_tokens": self.mlp_chunk_tokens, "tried": self.tried,
                        "predicted_peak_gib": predicted_peak(self.programs) / GiB,
                        "predicted_host_gib": predicted_host(self.programs) / GiB,
@@ -257,16 +258,25 @@ class StepPlan:
         return f"model.remat={self.remat}{tiled}; predicted device memory (GiB): {mem or 'not reported'}{host}"
 
 
-def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key) -> StepPlan:
+def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: int | None = None) -> StepPlan:
     """Compile the train step for abstract inputs (no weights loaded) and check that it fits the devices;
-    with ``model.remat: auto`` try ``AUTO_REMAT_ORDER`` and keep the first that fits."""
+    with ``model.remat: auto`` try ``AUTO_REMAT_ORDER`` and keep the first that fits.
+
+    ``device_bytes``: the memory of one of the mesh's devices when they cannot say it themselves (compile-only
+    devices of a topology: the chip's HBM, ``parallel.topology``); ``memory_budget_gib`` still wins. The host
+    budget for offloaded activations is then ``host_memory_budget_gib`` only (the target host's RAM is unknown)."""
     from longrm_jax.training.batches import batch_shardings
     from longrm_jax.training.model_setup import codec_for
     from longrm_jax.training.state import abstract_state
     from longrm_jax.training.steps import jit_train_step, make_train_step
 
-    budget = device_budget(mesh.local_devices, cfg.memory_budget_gib) if cfg.memory_check else None
-    host = host_budget(len(mesh.local_devices), cfg.host_memory_budget_gib) if cfg.memory_check else None
+    budget = host = None
+    if device_bytes is not None:
+        budget = int(cfg.memory_budget_gib * GiB) if cfg.memory_budget_gib is not None else device_bytes
+        host = int(cfg.host_memory_budget_gib * GiB) if cfg.host_memory_budget_gib is not None else None
+    elif cfg.memory_check:
+        budget = device_budget(mesh.local_devices, cfg.memory_budget_gib)
+        host = host_budget(len(mesh.local_devices), cfg.host_memory_budget_gib)
     batch = abstract_batch(cfg, mesh, 1 + spec.num_rejects if spec.slotted else None)
 
     def compile_for(candidate):
@@ -291,4 +301,4 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key) -> StepPlan:
     candidates = AUTO_REMAT_ORDER if cfg.model.remat == "auto" else (mcfg.remat,)
     chosen, compiled, programs, tried = choose(compile_for, candidates, budget, host)
     remat, chunk = parse_candidate(chosen, mcfg.mlp_chunk_tokens)
-    return StepPlan(remat, compiled, programs, tried, chunk)
+    return StepPlan(remat, compiled, programs, tried, chunk, mesh.devices.flat[0].device_kind)

@@ -24,9 +24,11 @@ import jax
 import numpy as np
 
 from longrm_jax.models.config import decoder_matmul_params, output_head_params
+from longrm_jax.parallel.topology import CHIPS, chip_of
 
-# Dense bf16 peak per device (docs/flops.md); None: MFU is not reported.
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12}
+# Dense bf16 peak per device (docs/flops.md), by a substring of the GPU's device kind; TPU chips by their exact
+# kind from parallel.topology.CHIPS; None: MFU is not reported.
+PEAK_FLOPS = {"H100": CHIPS["h100"].peak_bf16, "H200": CHIPS["h200"].peak_bf16}
 
 
 def matmul_params(mcfg, head: str) -> int:
@@ -82,7 +84,9 @@ def peak_flops(devices=None) -> float | None:
     devices = devices if devices is not None else jax.devices()
     total = 0.0
     for d in devices:
-        peak = next((v for k, v in PEAK_FLOPS.items() if k in getattr(d, "device_kind", "")), None)
+        kind = getattr(d, "device_kind", "")
+        chip = chip_of(kind)
+        peak = next((v for k, v in PEAK_FLOPS.items() if k in kind), chip.peak_bf16 if chip else None)
         if peak is None:
             return None
         total += peak

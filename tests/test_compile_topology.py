@@ -1,0 +1,132 @@
+"""Programs compiled for a TPU topology from this CPU host (``--compile-only --topology``): a tiny model's SimPO and
+BT training steps with splash attention inside the ring (mesh fsdp 2 x seq 2 on a v5p-8: 4 chips), and the
+evaluator's programs. A TPU program that silently fell back from splash to the XLA attention fails here: it would
+hold no Mosaic TPU kernel. libtpu comes with the ``test`` extra."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from longrm_jax.parallel import topology as topo
+from longrm_jax.parallel.compiled import hlo_op_counts
+from longrm_jax.parallel.target import Target, target_of
+
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                                  reason="libtpu not installed (pip install -e '.[test]' brings it)")
+
+
+def test_topology_names():
+    t = topo.parse("v5p-64")
+    assert (t.platform, t.chips, t.shape, t.chip.device_kind) == ("tpu", 32, "2x4x4", "TPU v5")
+    assert topo.parse("v6e-256").shape == "16x16" and topo.parse("v6e-8").chips == 8
+    assert topo.parse("v5litepod-16").chip is topo.CHIPS["v5e"]
+    assert topo.parse("v5p-8", slices=4).chips == 16
+    gpu = topo.parse("h100x8x2")
+    assert (gpu.platform, gpu.chips, gpu.shape) == ("gpu", 16, "2x1x8")
+    with pytest.raises(topo.TopologyError, match="v5p comes as v5p-8, v5p-16"):
+        topo.parse("v5p-12")
+    with pytest.raises(topo.TopologyError, match="unknown topology 'tpu9'"):
+        topo.parse("tpu9")
+    assert 'major: 9' in topo.gpu_target_config("h200") and "NVIDIA H200" in topo.gpu_target_config("h200")
+
+
+def test_target_follows_the_mesh_not_the_default_backend():
+    from longrm_jax.parallel.mesh import make_mesh
+
+    assert target_of().platform == "cpu"
+    assert target_of(make_mesh(fsdp=2, devices=__import__("jax").devices()[:2])).platform == "cpu"
+    assert Target("gpu", "NVIDIA H100 80GB HBM3", 9.0).is_gpu
+
+
+@pytest.fixture(scope="module")
+def v5p_8():
+    topo.prepare_host_for_compile_only()
+    return topo.parse("v5p-8")
+
+
+def _tiny(stage: str, **extra):
+    from longrm_jax.train import DEFAULT_CONFIG
+    from longrm_jax.training.config import load_config
+
+    sets = [f"stage={stage}", "mesh.fsdp=2", "mesh.seq=2", "data.seq_len=512", "data.batch_rows=2",
+            "model.compute_dtype=bfloat16", "model.overrides={num_layers: 1}", "data.num_rejects=1"]
+    if stage == "bt":
+        sets += ["lora.rank=4", "lora.alpha=4"]
+    sets += [f"{k}={v}" for k, v in extra.items()]
+    return load_config(None, sets, base=DEFAULT_CONFIG)
+
+
+@needs_libtpu
+@pytest.mark.parametrize("stage", ["simpo", "bt"])
+def test_tpu_train_step_keeps_splash_inside_the_ring(v5p_8, stage):
+    from longrm_jax.training.compile_only import compile_train_step
+
+    report = compile_train_step(_tiny(stage), v5p_8)
+    assert report.fits, report.error
+    assert report.mesh == {"data": 1, "fsdp": 2, "seq": 2, "tensor": 1}
+    grads = report.kernels["gradients"]
+    # splash forward + its dq and dk/dv kernels run as ring blocks: Mosaic TPU calls next to the ring's permutes
+    assert grads.get("Mosaic TPU", 0) >= 3, grads
+    assert grads.get("collective-permute", 0) >= 1, grads
+    assert report.flops_compiled and report.flops_counted and 0 < report.peak_gib < report.hbm_gib
+    text = "\n".join(report.lines)
+    assert "per chip:" in text and "of 95.0 GiB HBM" in text and "Mosaic TPU" in text
+
+
+@needs_libtpu
+def test_tpu_step_that_does_not_fit_names_predicted_and_available(v5p_8):
+    from longrm_jax.training.compile_only import compile_train_step
+
+    report = compile_train_step(_tiny("simpo", memory_budget_gib=0.001), v5p_8)
+    assert not report.fits
+    first = report.error.splitlines()[0]
+    assert "predicted" in first and "available 0.00 GiB" in first
+    assert "reduce it with:" in report.error and "mesh.seq" in report.error
+
+
+@needs_libtpu
+def test_tpu_evaluator_programs_keep_splash(v5p_8):
+    import jax
+
+    from longrm_jax.evaluation.compile_only import compile_programs
+    from longrm_jax.models.config import ModelConfig
+    from longrm_jax.parallel.mesh import make_mesh
+
+    mcfg = ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=1, num_heads=4,
+                       num_kv_heads=2, head_dim=16, family="qwen3", qk_norm=True, pad_token_id=0, eos_token_id=2,
+                       dtype="bfloat16", param_dtype="bfloat16")
+    devices = v5p_8.devices()
+    mesh = make_mesh(fsdp=2, seq=2, devices=devices)
+    assert target_of(mesh).is_tpu and jax.default_backend() == "cpu"
+    grm = compile_programs(mcfg, v5p_8, mesh, is_disrm=False, rows=2, length=512, max_new_tokens=8)
+    assert [r.name.split()[0] for r in grm] == ["prefill", "decode"]
+    assert grm[0].counts.get("Mosaic TPU", 0) >= 1, grm[0].counts  # the prefill's ring runs splash blocks
+    disrm = compile_programs(mcfg.replace(head="classifier"), v5p_8, mesh, is_disrm=True, rows=2, length=512,
+                             max_new_tokens=0)
+    assert disrm[0].counts.get("Mosaic TPU", 0) >= 1, disrm[0].counts
+    assert all(0 < r.peak < v5p_8.chip.hbm_bytes for r in grm + disrm)
+
+
+def test_hlo_op_counts():
+    text = ('%a = f32[2] all-reduce-start(f32[2] %x)\n%b = f32[2] all-reduce-done(f32[2] %a)\n'
+            '%c = (f32[4]) custom-call(f32[4] %y), custom_call_target="tpu_custom_call"\n'
+            '%d = f32[4] collective-permute(f32[4] %y), source_target_pairs={{0,1}}\n')
+    assert hlo_op_counts(text) == {"Mosaic TPU": 1, "all-reduce": 1, "collective-permute": 1}
+
+
+def test_cli_defaults_to_cpu_without_tpu_or_gpu(monkeypatch):
+    from longrm_jax import cli_support
+
+    env = {}
+    monkeypatch.setattr(cli_support, "_libtpu_installed", lambda: True)
+    cli_support.default_jax_platforms(env)
+    assert env == {"JAX_PLATFORMS": "cpu"}
+    env = {"JAX_PLATFORMS": "cuda"}
+    cli_support.default_jax_platforms(env)
+    assert env == {"JAX_PLATFORMS": "cuda"}
+    monkeypatch.setattr(cli_support, "_libtpu_installed", lambda: False)
+    env = {}
+    cli_support.default_jax_platforms(env)
+    assert env == {}
