@@ -11,6 +11,7 @@ import jax
 import pytest
 
 from longrm_jax.ops import cudnn_flash, cudnn_packed, dispatch, flash
+from longrm_jax.parallel.target import Target
 
 slow_paths = None  # imported per test (below): on 71596a2, where it did not exist, each test fails on its own
 
@@ -42,8 +43,8 @@ def test_broken_tokamax_import_is_not_reported_as_missing(monkeypatch, caplog):
     monkeypatch.setattr(flash, "_tokamax", broken)
     for cached in (flash.tokamax_available, flash.tokamax_unavailable_reason, dispatch.warn_missing_tokamax):
         cached.cache_clear()
-    monkeypatch.setattr(dispatch.jax, "default_backend", lambda: "gpu")
-    monkeypatch.setattr(flash, "hybrid_available", lambda: False)
+    monkeypatch.setattr(dispatch, "target_of", lambda *a: Target("gpu", "NVIDIA H100", 9.0))
+    monkeypatch.setattr(flash, "hybrid_available", lambda *a: False)
     try:
         with caplog.at_level(logging.WARNING):
             assert dispatch.local_impl("auto") == "cudnn"
