@@ -135,14 +135,18 @@ def run_ours(args, kind: str, model: str, data: str, save: str) -> dict:
             cmd += ["--batch-size", str(args.batch_size)]
     else:
         cmd += ["--is-disrm"] + ([] if args.no_share_prompt else ["--share-prompt"])
-    return _timed_process(cmd, lambda: json.load(open(os.path.join(save, "timings.json"))))
+    return _timed_process(cmd, lambda: json.load(open(os.path.join(save, "timings.json"))),
+                          log_path=save.rstrip(os.sep) + ".log")
 
 
-def _timed_process(cmd, read_result) -> dict:
+def _timed_process(cmd, read_result, log_path: str | None = None) -> dict:
     env = _child_env()
     begin = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     wall = time.perf_counter() - begin
+    if log_path:  # the whole stderr (slot plan, estimate, any error), beside the results
+        with open(log_path, "w", encoding="utf-8") as f:
+            f.write(proc.stderr)
     if proc.returncode != 0:
         print(f"[bench_benchmark] failed (exit {proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-3000:]}",
               file=sys.stderr)

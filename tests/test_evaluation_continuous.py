@@ -146,3 +146,30 @@ def test_donated_slot_state_and_cache_have_one_buffer_per_leaf():
     leaves = jax.tree.leaves(empty_state(4, 8, 3, 0))
     pointers = [x.unsafe_buffer_pointer() for x in leaves]
     assert len(set(pointers)) == len(pointers)
+
+
+def test_previous_pool_cache_released_before_next_pool(causal_lm, monkeypatch):
+    """Each pool is planned to fill the device by itself, so the last pool's slot cache must be gone before the
+    next is allocated (holding both ran an H100 out of memory). Live device bytes at each ``init_cache`` call:
+    the second pool's allocation sees no first-pool cache."""
+    import jax
+
+    path, _ = causal_lm
+    model = load_pretrained(path, dtype="float32")
+    seen = []
+    original = type(model).init_cache
+
+    def spy(self, slots, columns, *args, **kwargs):
+        live = sum(a.nbytes for a in jax.live_arrays() if a.ndim == 5)  # [layers, slots, columns, kv, head]
+        cache = original(self, slots, columns, *args, **kwargs)
+        if slots > 1:  # the pools' slot caches (a prompt's prefill cache has one row)
+            seen.append((live, cache.k.nbytes + cache.v.nbytes))
+        return cache
+
+    monkeypatch.setattr(type(model), "init_cache", spy)
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(5, VOCAB, n).astype(np.int32) for n in (150, 140, 20, 12)]  # two buckets
+    GreedyGenerator(model, pad_id=0, stop_ids=[], max_new_tokens=4, letter_ids=[37, 38], batch_size=2,
+                    continuous=True, decode_chunk=2).generate(prompts, progress=False)
+    assert len(seen) == 2
+    assert seen[1][0] < seen[0][1], f"the first pool's cache ({seen[0][1]} bytes) was live: {seen}"
