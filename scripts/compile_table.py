@@ -62,6 +62,17 @@ def rows() -> list[dict]:
         out.append(dict(id=f"qwen3_8b_sft_1M_mlp8k@{topo}", group="gpu", config="configs/qwen3_8b_grm_sft.yaml",
                         topology=topo, length="1 x 1M (1,048,576)", label="SFT, one 1M-token row",
                         sets=[*tiled, *one_m]))
+    # Where remat ``full`` leaves too little room: the layer inputs offloaded to pinned host memory.
+    offload = ["model.remat=offload_layer_inputs"]
+    out.append(dict(id="qwen3_8b_sft_1M_offload@h100x8", group="gpu", config="configs/qwen3_8b_grm_sft.yaml",
+                    topology="h100x8", length="1 x 1M (1,048,576)",
+                    label="SFT, one 1M-token row, `offload_layer_inputs`", sets=[*tiled, *one_m, *offload]))
+    for pair in (131072, 262144):
+        out.append(dict(id=f"simpo_pair_{pair // 1024}K_offload@h100x2", group="gpu-pairs",
+                        config="configs/qwen3_8b_grm_simpo.yaml", topology="h100x2", length=f"2 x {pair // 1024}K",
+                        label=f"SimPO pair 2 x {pair // 1024}K, `offload_layer_inputs`",
+                        sets=[*tiled, *offload, "data.layout=rows", f"data.seq_len={pair}", "data.batch_rows=2",
+                              "grad_accum=1", "mesh.seq=2", "mesh.fsdp=1"]))
     for gpus, pair in ((2, 131072), (4, 131072), (4, 262144), (2, 262144)):
         out.append(dict(id=f"simpo_pair_{pair // 1024}K@h100x{gpus}", group="gpu-pairs",
                         config="configs/qwen3_8b_grm_simpo.yaml", topology=f"h100x{gpus}",

@@ -13,11 +13,14 @@ Mesh axes (any may have size 1):
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+logger = logging.getLogger(__name__)
 
 MESH_AXES = ("data", "fsdp", "seq", "tensor")
 
@@ -72,9 +75,20 @@ def make_mesh(
         raise ValueError(
             f"mesh {dict(zip(MESH_AXES, sizes))} needs {total} devices, {len(devices)} available"
         )
-    return jax.make_mesh(
-        tuple(sizes), MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=devices
-    )
+    axis_types = (AxisType.Auto,) * len(MESH_AXES)
+    try:
+        return jax.make_mesh(tuple(sizes), MESH_AXES, axis_types=axis_types, devices=devices)
+    except NotImplementedError as e:
+        # A TPU slice whose physical axes do not factor into the mesh (v6e-16 is 4 x 4; fsdp 2 x seq 8 needs an
+        # axis of 8): split physical axes, as jax's mesh_utils allows. The ring then spans two physical rows,
+        # so some of its hops cross two links.
+        if "assignment" not in str(e):
+            raise
+        from jax.experimental import mesh_utils
+
+        grid = mesh_utils.create_device_mesh(tuple(sizes), devices, allow_split_physical_axes=True)
+        logger.info("mesh %s split physical device axes to fit the slice (%s)", dict(zip(MESH_AXES, sizes)), e)
+        return Mesh(grid, MESH_AXES, axis_types=axis_types)
 
 
 def logical_to_spec(
