@@ -194,7 +194,7 @@ def peer_part(args) -> dict:
     sync()
     load = time.perf_counter() - begin
     begin = time.perf_counter()
-    generated = 0
+    generated = splits = 0
     with torch.inference_mode():
         if kind == "disrm":
             for ids in seqs:
@@ -207,31 +207,55 @@ def peer_part(args) -> dict:
             for bucket_batch in plan_batches([len(s) for s in seqs], max_rows=len(seqs)):  # one per bucket
                 rows = plan.get(str(bucket_batch.length), args.peer_slots or 4)
                 batches += [bucket_batch.items[i:i + rows] for i in range(0, len(bucket_batch.items), rows)]
-            for items in batches:
-                batch = argparse.Namespace(items=items)
-                rows = [seqs[i] for i in batch.items]
+            # A batch of our slot plan that transformers cannot hold (SDPA with a padding mask materialises
+            # attention weights: 11 rows of 16K tokens ran an H100 out of memory) is split in halves and run
+            # again; the split count is reported. The out-of-memory attempt's time stays in the run time.
+            pending, number = list(batches), 0
+            while pending:
+                items = pending.pop(0)
+                number += 1
+                batch_begin = time.perf_counter()
+                rows = [seqs[i] for i in items]
                 width = max(len(r) for r in rows)
                 ids = np.zeros((len(rows), width), np.int64)
                 mask = np.zeros_like(ids)
                 for r, row in enumerate(rows):  # left padding, as HF generation expects
                     ids[r, width - len(row):], mask[r, width - len(row):] = row, 1
-                limits = torch.tensor([budgets[i] for i in batch.items], device=device)
+                limits = torch.tensor([budgets[i] for i in items], device=device)
 
                 def at_budget(input_ids, scores, limits=limits, width=width, **_):
                     return (input_ids.shape[1] - width) >= limits
 
-                out = model.generate(torch.tensor(ids, device=device), attention_mask=torch.tensor(mask, device=device),
-                                     do_sample=False, max_new_tokens=int(limits.max()), eos_token_id=stops,
-                                     pad_token_id=0, cache_implementation="static",
-                                     stopping_criteria=transformers.StoppingCriteriaList([at_budget]))
+                try:
+                    out = model.generate(torch.tensor(ids, device=device),
+                                         attention_mask=torch.tensor(mask, device=device), do_sample=False,
+                                         max_new_tokens=int(limits.max()), eos_token_id=stops, pad_token_id=0,
+                                         cache_implementation="static",
+                                         stopping_criteria=transformers.StoppingCriteriaList([at_budget]))
+                except torch.OutOfMemoryError:
+                    if len(items) == 1:
+                        raise
+                    torch.cuda.empty_cache()
+                    half = (len(items) + 1) // 2
+                    pending[:0] = [items[:half], items[half:]]
+                    splits += 1
+                    print(f"[peer] batch {number}: {len(rows)} rows of <= {width} tokens ran out of memory; "
+                          f"split into {half} + {len(items) - half}", file=sys.stderr, flush=True)
+                    continue
                 new = out[:, width:].cpu().numpy()
                 for r in range(len(rows)):  # tokens up to the row's first stop or budget
                     hits = [t for t, tok in enumerate(new[r].tolist()) if tok in stops]
-                    generated += min(hits[0] + 1 if hits else new.shape[1], budgets[batch.items[r]])
+                    generated += min(hits[0] + 1 if hits else new.shape[1], budgets[items[r]])
+                sync()
+                # Per batch, so a run cut short by a time limit still shows each finished bucket's time.
+                print(f"[peer] batch {number} ({len(pending)} waiting): {len(rows)} rows of <= {width} tokens, "
+                      f"budget {int(limits.max())}: {time.perf_counter() - batch_begin:.1f} s (run so far "
+                      f"{time.perf_counter() - begin:.1f} s, {generated} tokens)", file=sys.stderr, flush=True)
     sync()
     run = time.perf_counter() - begin
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     return dict(samples=len(samples), sequences=len(seqs), prepare_s=prepare, load_s=load, run_s=run,
+                oom_splits=splits,
                 generated_tokens=generated, device=name, torch=torch.__version__,
                 transformers=transformers.__version__)
 
