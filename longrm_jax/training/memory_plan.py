@@ -16,6 +16,12 @@ Offloading remat policies (``offload_layer_inputs*``, models.layers) keep the sa
 memory: XLA places those buffers in the host memory space, and the same analysis reports them as host bytes
 (``host_temp_size_in_bytes``). The plan checks them against a host budget too: pinned (page-locked) memory
 cannot be swapped, and running the host out of it kills the process or the machine.
+
+Before compiling anything the plan checks a lower bound (``LowerBound``: train state, gradients, batch and, under
+a remat policy that saves on the device, the layer inputs the layer scan stacks): a request it proves hopeless
+(1M-token rows on 4 chips without a ring) is refused in seconds instead of after minutes of compiling. A program
+the compiler itself refuses for lack of memory (libtpu checks HBM while compiling) is a "does not fit" too.
+The refusal names only the knobs that would change something for this config (``reduce_hints``).
 """
 
 from __future__ import annotations
