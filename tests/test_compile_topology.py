@@ -87,6 +87,22 @@ def test_tpu_step_that_does_not_fit_names_predicted_and_available(v5p_8):
 
 
 @needs_libtpu
+def test_cli_refuses_a_hopeless_step_before_compiling(v5p_8, monkeypatch, capsys):
+    """A step whose lower bound (train state + gradients + batch + stacked layer inputs) exceeds the chip exits 4
+    without compiling anything (docs/compile_only.md, "Refusing early")."""
+    from longrm_jax import train
+    from longrm_jax.training.steps import JittedTrainStep
+
+    monkeypatch.setattr(JittedTrainStep, "compile", lambda *_: pytest.fail("compiled a hopeless step"))
+    sets = ["stage=simpo", "mesh.fsdp=2", "mesh.seq=2", "data.seq_len=512", "data.batch_rows=2",
+            "model.overrides={num_layers: 1}", "model.remat=full", "memory_budget_gib=0.0001"]
+    assert train.main(["--compile-only", "--topology", "v5p-8", *(a for s in sets for a in ("--set", s))]) == 4
+    err = capsys.readouterr().err
+    assert err.startswith("error: v5p-8: the train step does not fit the device: predicted at least "), err
+    assert "(lower bound: train state" in err and "available 0.00 GiB (model.remat=full; before compiling)" in err
+
+
+@needs_libtpu
 def test_tpu_evaluator_programs_keep_splash(v5p_8):
     import jax
 

@@ -23,8 +23,9 @@ def test_step_that_does_not_fit_stops_before_any_step(tmp_path):
     msg = str(err.value)
     assert msg.startswith("the train step does not fit the device: predicted 0.07 GiB per device, available 0.05 GiB "
                           "(model.remat=full; compiled program analysis):")
-    assert "gradients: train state" in msg and "model.remat=full (or auto" in msg and "mesh.seq > 1" in msg
+    assert "gradients: train state" in msg and "model.remat=offload_layer_inputs" in msg and "mesh.seq > 1" in msg
     assert "lora.rank > 0" in msg and "model.param_dtype=bfloat16" in msg
+    assert "model.remat=full (or auto" not in msg  # it is full already: the knobs named are those that change something
     assert not os.path.exists(tmp_path / "metrics.jsonl") and not os.path.exists(tmp_path / "checkpoints")
 
 
@@ -109,3 +110,97 @@ def test_offload_policy_trains_through_the_cli_path(tmp_path):
     assert loop.run(cfg).final_step == 2
     plan = json.loads((tmp_path / "memory_plan.json").read_text())
     assert plan["remat"] == "offload_layer_inputs" and plan["predicted_host_gib"] == 0.0
+
+
+def _plan(cfg, device_bytes):
+    """``plan_train_step`` for ``cfg`` on one CPU device said to hold ``device_bytes`` (as ``--compile-only`` is
+    given a chip's HBM)."""
+    import jax
+
+    from longrm_jax.parallel.mesh import make_mesh
+    from longrm_jax.training.compile_only import _model_config
+    from longrm_jax.training.data_source import slots
+    from longrm_jax.training.loop import _groups_bound
+    from longrm_jax.training.memory_plan import plan_train_step
+    from longrm_jax.training.state import lr_schedule, make_optimizer
+    from longrm_jax.training.steps import StageSpec
+
+    mesh = make_mesh(fsdp=1, devices=jax.devices()[:1])
+    spec = StageSpec(cfg.stage, cfg.data.num_rejects, _groups_bound(cfg, 1), slots(cfg) is not None)
+    return plan_train_step(cfg, _model_config(cfg)[0], make_optimizer(cfg.optim, 10), lr_schedule(cfg.optim, 10),
+                           spec, mesh, jax.random.key(0), device_bytes=device_bytes)
+
+
+def test_hopeless_step_is_refused_before_compiling(tmp_path, monkeypatch):
+    from longrm_jax.training.memory_plan import GiB
+    from longrm_jax.training.steps import JittedTrainStep
+
+    def no_compile(*_):
+        raise AssertionError("compiled a step that the lower bound already refuses")
+
+    monkeypatch.setattr(JittedTrainStep, "compile", no_compile)
+    cfg = load_config(None, TINY + [f"output_dir={tmp_path}", "model.remat=full"])
+    with pytest.raises(MemoryPlanError) as err:
+        _plan(cfg, int(0.002 * GiB))
+    first, hints = str(err.value).splitlines()
+    assert first.startswith("the train step does not fit the device: predicted at least "), first
+    assert "(lower bound: train state " in first and " + gradients " in first and " + batch " in first
+    assert "layer inputs kept for the backward" in first and "4 layers x 2,048 tokens x" in first
+    assert first.endswith("available 0.00 GiB (model.remat=full; before compiling)")
+    assert hints.startswith("reduce it with: model.remat=offload_layer_inputs")
+
+
+def test_lower_bound_is_below_the_compiled_peak(tmp_path):
+    """The bound's terms are parts of the compiled gradient program's own peak (remat full: the stacked layer
+    inputs among its temporaries)."""
+    from longrm_jax.training.memory_plan import GiB
+
+    cfg = load_config(None, TINY + [f"output_dir={tmp_path}", "model.remat=full"])
+    plan = _plan(cfg, 64 * GiB)
+    grads, bound = plan.programs[0], plan.bound
+    assert grads.name == "gradients" and bound.layer_inputs_how == "4 layers x 2,048 tokens x 64 x 4 bytes"
+    assert bound.state == grads.resident and bound.batch == grads.inputs and bound.gradients <= grads.outputs
+    assert bound.layer_inputs <= grads.temp and bound.total <= grads.peak
+
+
+def test_compiler_refusal_is_a_plan_outcome():
+    """libtpu refuses, while compiling, a program over the chip's HBM: the plan reports it as not fitting (auto
+    moves on to the next policy) with the compiler's figure, never as a crash."""
+    from longrm_jax.training.memory_plan import GiB, ProgramMemory, choose
+
+    error = RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+                         "temporaries (169.17G) exceeds available HBM (95.73G). HLO module: jit_gradients.")
+    refused = ProgramMemory.refused_by_compiler("gradients", error, int(20 * GiB), 0)
+    assert refused.temp == int(169.17 * GiB) and refused.refused.startswith("RESOURCE_EXHAUSTED")
+
+    def compile_for(remat):
+        return (None, [refused]) if remat == "full" else ("ok", [ProgramMemory("gradients", 0, 0, 0, 0, GiB)])
+
+    assert choose(compile_for, ("full", "offload_layer_inputs"), int(95 * GiB))[:2] == ("offload_layer_inputs", "ok")
+    with pytest.raises(MemoryPlanError) as err:
+        choose(compile_for, ("full",), int(95 * GiB))
+    msg = str(err.value)
+    assert msg.startswith("the train step does not fit the device: predicted at least 189.17 GiB per device, "
+                          "available 95.00 GiB (model.remat=full; the XLA compiler refused the program):"), msg
+    assert "exceeds available HBM (95.73G)" in msg
+
+
+def test_knobs_named_are_those_that_change_something():
+    from longrm_jax.training.memory_plan import reduce_hints
+
+    def hints(*sets, mesh=None):
+        return "; ".join(reduce_hints(load_config(None, TINY + list(sets)), mesh or {"data": 1, "fsdp": 1, "seq": 1}))
+
+    full = hints("model.remat=full")
+    assert "model.remat=full" not in full and "model.remat=offload_layer_inputs" in full
+    assert "model.mlp_chunk_tokens=8192" in full and "mesh.seq > 1" in full and "lora.rank > 0" in full
+    assert "model.param_dtype=bfloat16" in full and "optim.offload_state=true" in full
+    assert "fewer data.batch_rows" in full  # 4 rows on one device
+    assert "model.remat=full (or auto" in hints("model.remat=save_attention_out")
+    auto = hints("model.remat=auto")  # auto tries every policy, the tiled MLP included
+    assert "model.remat" not in auto and "mlp_chunk_tokens" not in auto
+    turned = hints("model.remat=offload_layer_inputs", "model.mlp_chunk_tokens=4096", "lora.rank=8",
+                   "model.param_dtype=bfloat16", "optim.offload_state=true", mesh={"data": 1, "fsdp": 4, "seq": 2})
+    assert turned == ("a shorter data.seq_len; mesh.seq > 2 (sequence parallel: ring attention splits the "
+                      "activations over devices); more devices on mesh.fsdp (weights, gradients and optimizer "
+                      "state are sharded over them)")

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from longrm_jax.ops.contract import AttentionNotSupportedError
 from longrm_jax.ops.kernel_vjp import LseVjpKernel
+from longrm_jax.ops.splash_tables import mask_info
 
 LANES = 128  # TPU lane width: splash sequence blocks are multiples of it
 _PAD_SEGMENT = jnp.iinfo(jnp.int32).min  # segment id of padding tokens: no real token has it
@@ -70,31 +71,22 @@ def block_sizes(t: int, s: int, head_dim: int):
                          block_kv_dkv_compute=bkv, block_q_dq=bq, block_kv_dq=bkv)
 
 
-def _splash_mask_info():
-    from jax.experimental.pallas.ops.tpu.splash_attention import (  # noqa: PLC0415 - TPU kernels, on first use
-        splash_attention_mask_info,
-    )
-
-    return splash_attention_mask_info
-
-
 @functools.cache
-def _kernel(t: int, s: int, heads: int, head_dim: int, causal: bool, interpret: bool):
+def _kernel(t: int, s: int, head_dim: int, causal: bool, interpret: bool):
     """The splash kernel for padded lengths ``t`` x ``s``, built once per shape.
 
-    Its mask tables (which blocks to visit, in what order) are built here on the host with numpy and enter the
-    program as constants. ``make_splash_mha`` would turn them into JAX arrays, i.e. run device ops while the
-    caller traces: that fails where there is no device to run them (a program compiled for a TPU topology from
-    a CPU host) and would copy the tables on each new trace on a real pod.
+    Its mask tables (which blocks to visit, in what order) are numpy arrays built here on the host
+    (``ops.splash_tables``: the tables jax's ``process_mask`` would build, in time linear in the blocks, not in
+    the dense mask) and enter the program as constants. ``make_splash_mha`` would turn them into JAX arrays, i.e.
+    run device ops while the caller traces: that fails where there is no device to run them (a program compiled
+    for a TPU topology from a CPU host) and would copy the tables on each new trace on a real pod. One table set
+    serves every head (all heads share the mask).
     """
-    sk, sm = _splash()
-    info = _splash_mask_info()
-    mask = sm.MultiHeadMask([sm.CausalMask((t, s)) if causal else sm.FullMask((t, s))] * heads)
+    sk, _ = _splash()
     sizes = block_sizes(t, s, head_dim)
-    fwd, mask_function = info.process_mask(mask, (sizes.block_q, sizes.block_kv), head_shards=1, q_seq_shards=1)
-    dq, _ = info.process_mask(mask, (sizes.block_q_dq, sizes.block_kv_dq), head_shards=1, q_seq_shards=1)
-    dkv, _ = info.process_mask_dkv(mask, (sizes.block_q_dkv, sizes.block_kv_dkv), head_shards=1, q_seq_shards=1,
-                                   shrink_grid=True)
+    fwd, mask_function = mask_info(t, s, (sizes.block_q, sizes.block_kv), causal, dkv=False)
+    dq, _ = mask_info(t, s, (sizes.block_q_dq, sizes.block_kv_dq), causal, dkv=False)
+    dkv, _ = mask_info(t, s, (sizes.block_q_dkv, sizes.block_kv_dkv), causal, dkv=True)
     return sk.SplashAttentionKernel(fwd, dq, dkv, block_sizes=sizes, is_mqa=False, save_residuals=True,
                                     mask_value=sk.DEFAULT_MASK_VALUE, attn_logits_soft_cap=None,
                                     residual_checkpoint_name=None, mask_function=mask_function, interpret=interpret)
@@ -144,7 +136,7 @@ class _Padded:
         return jnp.pad(ids.astype(jnp.int32), ((0, 0), (0, length - ids.shape[1])), constant_values=_PAD_SEGMENT)
 
     def kernel(self, interpret):
-        return _kernel(self.tp, self.sp, self.heads, self.q.shape[-1], self.causal, bool(interpret))
+        return _kernel(self.tp, self.sp, self.q.shape[-1], self.causal, bool(interpret))
 
     def per_row(self, fn, *extra):
         """``fn(q, k, v, segment_ids, *extra_rows)`` vmapped over the batch (splash takes one row)."""

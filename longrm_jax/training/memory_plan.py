@@ -16,6 +16,12 @@ Offloading remat policies (``offload_layer_inputs*``, models.layers) keep the sa
 memory: XLA places those buffers in the host memory space, and the same analysis reports them as host bytes
 (``host_temp_size_in_bytes``). The plan checks them against a host budget too: pinned (page-locked) memory
 cannot be swapped, and running the host out of it kills the process or the machine.
+
+Before compiling anything the plan checks a lower bound (``LowerBound``: train state, gradients, batch and, under
+a remat policy that saves on the device, the layer inputs the layer scan stacks): a request it proves hopeless
+(1M-token rows on 4 chips without a ring) is refused in seconds instead of after minutes of compiling. A program
+the compiler itself refuses for lack of memory (libtpu checks HBM while compiling) is a "does not fit" too.
+The refusal names only the knobs that would change something for this config (``reduce_hints``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 from dataclasses import dataclass
 
 import jax
@@ -86,6 +93,17 @@ class ProgramMemory:
     aliased: int
     temp: int
     host: int = 0
+    refused: str = ""  # the XLA compiler's own out-of-memory message when it refused to build the program
+
+    @classmethod
+    def refused_by_compiler(cls, name: str, error: Exception, resident: int, inputs: int) -> ProgramMemory:
+        """A program the compiler would not build for lack of device memory (libtpu checks a program against the
+        chip's HBM while it compiles, e.g. "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory
+        required for HLO temporaries (499.35G) exceeds available HBM (95.73G)"): its temporaries are the
+        compiler's figure (GiB, as libtpu prints them; 0 where it names none), its outputs unknown (0)."""
+        text = str(error).strip().splitlines()[0]
+        found = re.search(r"temporaries \(([0-9.]+)G\)", text)
+        return cls(name, resident, inputs, 0, 0, int(float(found.group(1)) * GiB) if found else 0, refused=text)
 
     @classmethod
     def of(cls, name: str, compiled, resident: int, inputs: int) -> ProgramMemory | None:
@@ -103,6 +121,10 @@ class ProgramMemory:
 
     def describe(self) -> str:
         host = f"; pinned host {self.host / GiB:.2f} GiB" if self.host else ""
+        if self.refused:
+            return (f"{self.name}: train state {self.resident / GiB:.1f} + inputs {self.inputs / GiB:.1f} + "
+                    f"temporaries {self.temp / GiB:.1f} = at least {self.peak / GiB:.2f} GiB; the compiler refused "
+                    f"it: {self.refused}")
         return (f"{self.name}: train state {self.resident / GiB:.1f} + inputs {self.inputs / GiB:.1f} + outputs "
                 f"{(self.outputs - self.aliased) / GiB:.1f} + temporaries {self.temp / GiB:.1f} = "
                 f"{self.peak / GiB:.2f} GiB{host}")
@@ -172,6 +194,7 @@ def peak_device_gib(mesh) -> float | None:
     return max(peaks) / GiB if peaks and all(p is not None for p in peaks) else None
 
 
+# Every knob that can lower a step's device memory; ``reduce_hints`` names those a given config can still turn.
 REDUCE_HINTS = (
     "model.remat=full (or auto: the fastest policy that fits)",
     "model.mlp_chunk_tokens=8192 (the sequence-tiled MLP)",
@@ -182,39 +205,135 @@ REDUCE_HINTS = (
     "model.param_dtype=bfloat16 (halves weights, gradients and optimizer state; fp32 masters are the default)",
     "optim.offload_state=true (AdamW moments in pinned host memory between steps)",
 )
+ON_DEVICE_REMAT = ("none", "dots_saveable", "save_attention_out", "full")  # what these save stays on the device
+
+
+def reduce_hints(cfg, mesh_shape: dict) -> tuple[str, ...]:
+    """The knobs of ``REDUCE_HINTS`` that would change something for ``cfg`` on a mesh of ``mesh_shape``
+    (axis -> size): no remat advice where the policy saves nothing more than it must (or ``auto`` already
+    tries every policy), no LoRA advice to a LoRA run, and so on."""
+    remat, chunk = cfg.model.remat, cfg.model.mlp_chunk_tokens
+    hints = []
+    if remat in ("none", "dots_saveable", "save_attention_out"):
+        hints.append("model.remat=full (or auto: the fastest policy that fits)")
+    if remat in ON_DEVICE_REMAT:
+        hints.append("model.remat=offload_layer_inputs (the layers' saved inputs in pinned host memory instead of "
+                     "the device's)")
+    elif remat == "offload_layer_inputs_and_attention":
+        hints.append("model.remat=offload_layer_inputs (attention recomputed: nothing of it saved)")
+    if chunk > AUTO_MLP_CHUNK_TOKENS or (chunk == 0 and remat != "auto"):
+        hints.append(f"model.mlp_chunk_tokens={AUTO_MLP_CHUNK_TOKENS} (the sequence-tiled MLP)")
+    rows_per_device = cfg.data.batch_rows / (mesh_shape.get("data", 1) * mesh_shape.get("fsdp", 1))
+    hints.append("a shorter data.seq_len" + (", or fewer data.batch_rows per micro step (grad_accum keeps the "
+                                             "step's batch)" if rows_per_device > 1 else ""))
+    seq = mesh_shape.get("seq", 1)
+    hints.append(f"mesh.seq > {seq} (sequence parallel: ring attention splits the activations over devices)")
+    hints.append("more devices on mesh.fsdp (weights, gradients and optimizer state are sharded over them)")
+    if cfg.lora.rank == 0:
+        hints.append("lora.rank > 0 (LoRA: no gradients or optimizer state for the base weights)")
+    if cfg.model.param_dtype == "float32":
+        hints.append("model.param_dtype=bfloat16 (halves weights, gradients and optimizer state; fp32 masters are "
+                     "the default)")
+    if not cfg.optim.offload_state:
+        hints.append("optim.offload_state=true (AdamW moments in pinned host memory between steps)")
+    return tuple(hints)
 
 
 def fits(programs: list[ProgramMemory], budget: int | None, host: int | None) -> bool:
+    if any(p.refused for p in programs):
+        return False
     return (budget is None or predicted_peak(programs) <= budget) and (host is None or predicted_host(programs) <= host)
 
 
-def too_big_message(programs: list[ProgramMemory], budget: int | None, remat: str, host: int | None = None) -> str:
-    if budget is not None and predicted_peak(programs) > budget:
-        what = (f"the device: predicted {predicted_peak(programs) / GiB:.2f} GiB per device, available "
-                f"{budget / GiB:.2f} GiB")
+def too_big_message(programs: list[ProgramMemory], budget: int | None, remat: str, host: int | None = None,
+                    hints: tuple[str, ...] = REDUCE_HINTS) -> str:
+    refused = any(p.refused for p in programs)
+    if refused or (budget is not None and predicted_peak(programs) > budget):
+        at_least = "at least " if refused else ""
+        available = f"{budget / GiB:.2f} GiB" if budget is not None else "less (the compiler's figure)"
+        what = (f"the device: predicted {at_least}{predicted_peak(programs) / GiB:.2f} GiB per device, available "
+                f"{available}")
     else:
         what = (f"the host's pinned memory: predicted {predicted_host(programs) / GiB:.2f} GiB per device of "
                 f"offloaded activations, budget {host / GiB:.2f} GiB (host_memory_budget_gib; default "
                 f"{HOST_RAM_SHARE:.0%} of RAM over the local devices)")
-    lines = [f"the train step does not fit {what} (model.remat={remat}; compiled program analysis):"]
+    basis = "the XLA compiler refused the program" if refused else "compiled program analysis"
+    lines = [f"the train step does not fit {what} (model.remat={remat}; {basis}):"]
     lines += [f"  {p.describe()}" for p in programs]
-    lines.append("reduce it with: " + "; ".join(REDUCE_HINTS))
+    lines.append("reduce it with: " + "; ".join(hints))
     return "\n".join(lines)
 
 
-def choose(compile_for, candidates, budget: int | None, host: int | None = None):
+def choose(compile_for, candidates, budget: int | None, host: int | None = None,
+           hints: tuple[str, ...] = REDUCE_HINTS):
     """``compile_for(remat) -> (compiled, [ProgramMemory])`` for each candidate in order; the first whose device
-    peak fits ``budget`` and whose pinned host memory fits ``host`` (None: no check). Raises ``MemoryPlanError``
-    naming the last (smallest) one when none fits."""
+    peak fits ``budget`` and whose pinned host memory fits ``host`` (None: no check), and that the compiler
+    built. Raises ``MemoryPlanError`` naming the last (smallest) one and ``hints`` when none fits."""
     tried = []
     for remat in candidates:
         compiled, programs = compile_for(remat)
         peak, pinned = predicted_peak(programs), predicted_host(programs)
-        tried.append(f"{remat} {peak / GiB:.1f} GiB" + (f" + host {pinned / GiB:.1f} GiB" if pinned else ""))
+        at_least = ">= " if any(p.refused for p in programs) else ""
+        tried.append(f"{remat} {at_least}{peak / GiB:.1f} GiB" + (f" + host {pinned / GiB:.1f} GiB" if pinned else ""))
         if not programs or fits(programs, budget, host):
             return remat, compiled, programs, tried
     label = "auto, tried " + ", ".join(tried) if len(candidates) > 1 else candidates[0]
-    raise MemoryPlanError(too_big_message(programs, budget, label, host))
+    raise MemoryPlanError(too_big_message(programs, budget, label, host, hints))
+
+
+@dataclass(frozen=True)
+class LowerBound:
+    """Device bytes per device that the gradient program needs whatever XLA does, known before compiling it.
+
+    Each term is part of the plan's own peak of that program (``ProgramMemory.peak``), so a bound over the
+    budget means the compiled step could not fit either: the train state (``resident``), the batch (``inputs``),
+    the gradients it returns (outputs, nothing donated to alias them), and, under a remat policy that keeps its
+    saves on the device, the input of every layer that the layer scan stacks for the backward (temporaries; one
+    [tokens, hidden] per layer in the compute dtype, ``models.layers.LAYER_INPUT_NAME``) for one micro step. The
+    stack's share of the busiest device is at least its size over all devices. The update program's peak (state
+    + gradients) is never larger than this."""
+
+    state: int
+    gradients: int
+    batch: int
+    layer_inputs: int = 0
+    layer_inputs_how: str = ""
+
+    @property
+    def total(self) -> int:
+        return self.state + self.gradients + self.batch + self.layer_inputs
+
+    def describe(self) -> str:
+        text = (f"train state {self.state / GiB:.1f} GiB + gradients {self.gradients / GiB:.1f} GiB + batch "
+                f"{self.batch / GiB:.1f} GiB")
+        if self.layer_inputs:
+            text += (f" + layer inputs kept for the backward {self.layer_inputs / GiB:.1f} GiB "
+                     f"({self.layer_inputs_how})")
+        return text
+
+
+def lower_bound(state, batch: dict, mcfg, remat: str, grad_accum: int, devices: int) -> LowerBound:
+    """``LowerBound`` of a step on ``devices`` devices with abstract ``state`` and ``batch`` (as the plan builds
+    them); ``remat``: the configured policy (``auto`` counts no layer inputs: it may offload them)."""
+    bound = LowerBound(bytes_per_device(state), bytes_per_device(state.params), bytes_per_device(batch))
+    if remat not in ON_DEVICE_REMAT:
+        return bound
+    tokens = int(np.prod(batch["input_ids"].shape, dtype=np.int64)) // grad_accum
+    itemsize = np.dtype(mcfg.compute_dtype).itemsize
+    stacked = mcfg.num_layers * tokens * mcfg.hidden_size * itemsize
+    how = (f"{mcfg.num_layers} layers x {tokens:,} tokens x {mcfg.hidden_size} x {itemsize} bytes"
+           + (f" over {devices} devices" if devices > 1 else ""))
+    return dataclasses.replace(bound, layer_inputs=stacked // devices, layer_inputs_how=how)
+
+
+def refuse_early(bound: LowerBound, budget: int | None, remat: str, hints: tuple[str, ...]) -> None:
+    """Raise ``MemoryPlanError`` when ``bound`` alone exceeds ``budget``: nothing to compile."""
+    if budget is None or bound.total <= budget:
+        return
+    raise MemoryPlanError(
+        f"the train step does not fit the device: predicted at least {bound.total / GiB:.2f} GiB per device "
+        f"(lower bound: {bound.describe()}), available {budget / GiB:.2f} GiB (model.remat={remat}; before "
+        f"compiling)\nreduce it with: " + "; ".join(hints))
 
 
 def abstract_batch(cfg, mesh, slots: int | None) -> dict:
@@ -237,6 +356,7 @@ class StepPlan:
     tried: list
     mlp_chunk_tokens: int = 0
     device_kind: str = ""  # of the mesh the step was compiled for
+    bound: LowerBound | None = None  # what the plan knew before compiling
 
     def write(self, path: str) -> None:
         """The plan as JSON (``<output_dir>/memory_plan.json``): chosen remat, candidates tried, per program."""
@@ -285,10 +405,16 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
         state, sh = abstract_state(cfg, codec, tx, mesh, key)
         step = jit_train_step(make_train_step(cfg, codec, tx, spec, schedule), sh,
                               batch_shardings(mesh, slotted=spec.slotted))
-        with jax.set_mesh(mesh):
-            compiled = step.compile(state, batch)
         resident = bytes_per_device(state)  # the device-resident part (optim.offload_state: without the moments)
         inputs = {"gradients": bytes_per_device(batch), "update": bytes_per_device(state.params)}
+        try:
+            with jax.set_mesh(mesh):
+                compiled = step.compile(state, batch)
+        except Exception as e:  # noqa: BLE001 - the compiler's out-of-memory refusal is a plan outcome, not a crash
+            if "RESOURCE_EXHAUSTED" not in str(e):
+                raise
+            name = "update" if "jit_update" in str(e) else "gradients"
+            return None, [ProgramMemory.refused_by_compiler(name, e, resident, inputs[name])]
         programs = [ProgramMemory.of(n, c, resident, inputs[n]) for n, c in compiled.programs]
         # The offloaded moments occupy pinned host memory during both programs: the update reads (and aliases)
         # them, so its analysis counts them; the gradient program never reads them and its analysis leaves them
@@ -299,6 +425,10 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
         return compiled, programs
 
     candidates = AUTO_REMAT_ORDER if cfg.model.remat == "auto" else (mcfg.remat,)
-    chosen, compiled, programs, tried = choose(compile_for, candidates, budget, host)
+    hints = reduce_hints(cfg, {k: int(v) for k, v in mesh.shape.items()})
+    state, _ = abstract_state(cfg, codec_for(mcfg), tx, mesh, key)
+    bound = lower_bound(state, batch, mcfg, cfg.model.remat, cfg.grad_accum, mesh.size)
+    refuse_early(bound, budget, cfg.model.remat, hints)
+    chosen, compiled, programs, tried = choose(compile_for, candidates, budget, host, hints)
     remat, chunk = parse_candidate(chosen, mcfg.mlp_chunk_tokens)
-    return StepPlan(remat, compiled, programs, tried, chunk, mesh.devices.flat[0].device_kind)
+    return StepPlan(remat, compiled, programs, tried, chunk, mesh.devices.flat[0].device_kind, bound)
