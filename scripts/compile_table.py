@@ -44,12 +44,17 @@ def rows() -> list[dict]:
     for config in (SIMPO, SFT, BT):
         name = os.path.basename(config).removesuffix(".yaml")
         for topo, sets in (("v5p-64", []), ("v5p-8", _mesh(1, 4)), ("v6e-8", _mesh(1, 8)),
-                           ("v6e-16", _mesh(2, 8)), ("v6e-32", _mesh(4, 8))):
+                           ("v6e-16", _mesh(2, 8))):
             out.append(dict(id=f"{name}@{topo}", group="tpu", config=config, topology=topo, sets=sets,
                             length="128K (131,072)"))
     # The memory plan refusing: 256K-token rows on a v5p-8 (ring over its 4 chips: 64K tokens per chip).
     out.append(dict(id="qwen3_8b_grm_simpo_tpu@v5p-8@256K", group="tpu-oversized", config=SIMPO,
-                    topology="v5p-8", sets=["data.seq_len=262144", *_mesh(1, 4)], length="256K (262,144)"))
+                    topology="v5p-8", sets=["data.seq_len=262144", *_mesh(1, 4)], length="256K (262,144)",
+                    label="SimPO on 262,144-token rows on a v5p-8 (`mesh.seq: 4`)"))
+    # The example of a hopeless request: 1M-token rows on a v5p-8 with no ring (refused before compiling).
+    out.append(dict(id="qwen3_8b_grm_simpo_tpu@v5p-8@1M", group="tpu-oversized", config=SIMPO, topology="v5p-8",
+                    sets=["data.seq_len=1048576", "mesh.seq=1", "mesh.fsdp=4", "data.batch_rows=4", "grad_accum=2"],
+                    length="1M (1,048,576)", label="SimPO on 1,048,576-token rows on a v5p-8 (`mesh.seq: 1`)"))
     # GPU meshes: the 1M-token Qwen3-8B step (ring over 8 GPUs, pallas blocks), and SimPO pairs on 2 and 4 GPUs.
     # The MLP runs in 8,192-token tiles (model.mlp_chunk_tokens, exact) except in the one row that shows why.
     gpu_common = ["model.preset=qwen3_8b", "model.param_dtype=bfloat16", "model.remat=full"]
@@ -95,8 +100,8 @@ def parse(stdout: str, stderr: str, rc: int) -> dict:
     r: dict = {"rc": rc}
     if m := re.search(r"peak ([\d.]+) GiB of ([\d.]+) GiB HBM", stdout):
         r.update(peak_gib=float(m.group(1)), hbm_gib=float(m.group(2)), fits=True)
-    if m := re.search(r"predicted ([\d.]+) GiB per device, available ([\d.]+) GiB", stdout + stderr):
-        r.update(peak_gib=float(m.group(1)), hbm_gib=float(m.group(2)), fits=False)
+    if m := re.search(r"predicted (at least )?([\d.]+) GiB per device.*?, available ([\d.]+) GiB", stdout + stderr):
+        r.update(peak_gib=float(m.group(2)), hbm_gib=float(m.group(3)), fits=False, lower_bound=bool(m.group(1)))
     if m := re.search(r"^model\.remat=(\S+)", stdout, re.M):
         r["remat"] = m.group(1)
     if m := re.search(r"step time at (\d+)% MFU: ([\d.e+-]+) s", stdout):
@@ -141,9 +146,11 @@ def _cell(r: dict | None) -> str:
     if "peak_gib" not in r:
         return f"failed: {r.get('error', '?')}"
     if not r.get("fits"):
-        return f"no: {r['peak_gib']:.1f} > {r['hbm_gib']:.1f} GiB"
+        return f"no: {'at least ' if r.get('lower_bound') else ''}{r['peak_gib']:.1f} > {r['hbm_gib']:.1f} GiB"
     step = f", {r['step_s']:.1f} s" if "step_s" in r else ""
-    return f"{r['peak_gib']:.1f} GiB{step}"
+    host = re.search(r"pinned host ([\d.]+) GiB", "\n".join(r.get("output", [])))
+    host = f" + {float(host.group(1)):.0f} GiB pinned host" if host else ""
+    return f"{r['peak_gib']:.1f} GiB{host}{step}"
 
 
 def markdown(results: dict) -> str:
@@ -152,19 +159,19 @@ def markdown(results: dict) -> str:
              "implied at 40% MFU (bf16 peak per chip: v5p 459, v6e 918 TFLOP/s) for 8 rows of 131,072 tokens; "
              "remat `full`, splash attention inside the ring over `mesh.seq`.", "",
              "| config (128K-token rows) | " + " | ".join(
-                 t for t in ("v5p-64", "v5p-8", "v6e-8", "v6e-16", "v6e-32")) + " |",
-             "|---|" + "---|" * 5]
-    mesh_note = {"v5p-64": "fsdp 4 x seq 8", "v5p-8": "seq 4", "v6e-8": "seq 8", "v6e-16": "fsdp 2 x seq 8",
-                 "v6e-32": "fsdp 4 x seq 8"}
+                 t for t in ("v5p-64", "v5p-8", "v6e-8", "v6e-16")) + " |",
+             "|---|" + "---|" * 4]
+    mesh_note = {"v5p-64": "fsdp 4 x seq 8", "v5p-8": "seq 4", "v6e-8": "seq 8", "v6e-16": "fsdp 2 x seq 8"}
     for config, label in CONFIG_LABELS.items():
         name = os.path.basename(config).removesuffix(".yaml")
         cells = [_cell(results.get(f"{name}@{t}")) for t in mesh_note]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append("| mesh | " + " | ".join(mesh_note.values()) + " |")
-    over = results.get("qwen3_8b_grm_simpo_tpu@v5p-8@256K")
-    if over:
-        lines += ["", f"Refused (exit 4, the memory plan's message): SimPO on 262,144-token rows on a v5p-8 "
-                  f"(`mesh.seq: 4`): {_cell(over)}."]
+    refused = [(row, results[row["id"]]) for row in rows() if row["group"] == "tpu-oversized" and row["id"] in results]
+    if refused:
+        lines += ["", "Refused (exit 4, the memory plan's message; the 1M request before compiling, from a lower "
+                  "bound):"]
+        lines += [f"- {row['label']}: {_cell(r)}." for row, r in refused]
     lines += ["", "**GPU meshes, compiled, not run** (Qwen3-8B shapes, bf16 weights and AdamW state, remat `full`, "
               "ring attention over all GPUs (`mesh.seq`) with `pallas` blocks, the MLP in 8,192-token tiles "
               "(`model.mlp_chunk_tokens`) where not said otherwise; peak GiB per GPU, HBM H100 79.1, "
