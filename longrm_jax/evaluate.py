@@ -332,7 +332,13 @@ def _compile_only(args: argparse.Namespace) -> int:
             raise ValueError(f"--model-path {args.model_path}: not a directory nor a preset with its own "
                              f"vocabulary ({', '.join(k for k, v in PRESETS.items() if 'vocab_size' in v)})")
         mcfg = ModelConfig(**PRESETS[args.model_path]).replace(head=head)
-    mcfg = mcfg.replace(dtype=args.dtype, param_dtype=args.dtype)
+    dtype = args.dtype
+    if dtype == "auto":  # as a run resolves it (runner.resolve_dtype); a preset has no stored dtype: bfloat16
+        from longrm_jax.evaluation.runner import EvalConfig, resolve_dtype
+
+        dtype = (resolve_dtype(EvalConfig(model_path=args.model_path, data_path="", is_disrm=args.is_disrm))
+                 if os.path.isdir(args.model_path) else "bfloat16")
+    mcfg = mcfg.replace(dtype=dtype, param_dtype=dtype)
     devices = topology.devices()
     mesh = make_mesh(**(args.mesh or {"fsdp": -1}), devices=devices)
     length = args.compile_length or args.max_length
@@ -340,7 +346,7 @@ def _compile_only(args: argparse.Namespace) -> int:
     print(f"topology {topology.label}: {topology.chips} x {topology.chip.device_kind} ({host_count(devices)} "
           f"host(s)), {topology.chip.hbm_bytes / GiB:.1f} GiB HBM per chip; compile only, nothing runs")
     print("mesh " + " x ".join(f"{k} {v}" for k, v in mesh.shape.items()) + f"; {'DisRM' if args.is_disrm else 'GRM'} "
-          f"{mcfg.num_layers} layers, hidden {mcfg.hidden_size}, {args.dtype}; {rows} row(s) x {length} tokens")
+          f"{mcfg.num_layers} layers, hidden {mcfg.hidden_size}, {dtype}; {rows} row(s) x {length} tokens")
     reports = compile_programs(mcfg, topology, mesh, is_disrm=args.is_disrm, rows=rows, length=length,
                                max_new_tokens=args.max_new_tokens, decode_attention=args.decode_attention)
     for report in reports:

@@ -84,6 +84,22 @@ def rows() -> list[dict]:
                         length=f"2 x {pair // 1024}K", label=f"SimPO pair 2 x {pair // 1024}K",
                         sets=[*tiled, "data.layout=rows", f"data.seq_len={pair}", "data.batch_rows=2",
                               "grad_accum=1", f"mesh.seq={gpus}", "mesh.fsdp=1"]))
+    # One GPU, the longest pairs (issue 30): LoRA BT on a bf16 base and full-parameter SimPO with the AdamW state
+    # in pinned host memory, each offloading the layer inputs and tiling the MLP (the settings measured at 2 x 64K
+    # and 2 x 128K on one H100, docs/benchmarks.md session 10).
+    one_gpu = ["model.mlp_chunk_tokens=8192", "model.remat=offload_layer_inputs", "data.layout=rows",
+               "data.batch_rows=2", "grad_accum=1", "mesh.seq=1", "mesh.fsdp=1"]
+    for topo, pairs in (("h100x1", (131072, 163840, 196608)), ("h200x1", (196608, 262144))):
+        for pair in pairs:
+            k = pair // 1024
+            out.append(dict(id=f"bt_lora_pair_{k}K@{topo}", group="gpu-one", config="configs/llama31_8b_disrm_bt.yaml",
+                            topology=topo, length=f"2 x {k}K", label=f"Llama-3.1-8B BT LoRA r=8 (bf16 base), 2 x {k}K",
+                            sets=[*one_gpu, f"data.seq_len={pair}"]))
+            out.append(dict(id=f"simpo_full_pair_{k}K@{topo}", group="gpu-one",
+                            config="configs/qwen3_8b_grm_simpo.yaml", topology=topo, length=f"2 x {k}K",
+                            label=f"Qwen3-8B SimPO, full parameters (bf16, AdamW state on the host), 2 x {k}K",
+                            sets=[*one_gpu, f"data.seq_len={pair}", "model.preset=qwen3_8b",
+                                  "model.param_dtype=bfloat16", "optim.offload_state=true"]))
     return out
 
 
@@ -180,6 +196,13 @@ def markdown(results: dict) -> str:
     for row in rows():
         if row["group"] in ("gpu", "gpu-pairs"):
             lines.append(f"| {row['label']} | {row['topology']} | {_cell(results.get(row['id']))} |")
+    one = [row for row in rows() if row["group"] == "gpu-one"]
+    lines += ["", "**One GPU, longest pairs, compiled, not run** (remat `offload_layer_inputs`, MLP in 8,192-token "
+              "tiles; peak GiB on the device + pinned host GiB; the default host budget is 96 GiB "
+              "(`host_memory_budget_gib`); a run also needs about 4 GiB of cuDNN workspace beyond the compiled "
+              "figure and XLA's client memory fraction, so on an H100 keep the compiled peak under about 71 GiB):",
+              "", "| setup | GPU | peak, step time at 40% MFU |", "|---|---|---|"]
+    lines += [f"| {row['label']} | {row['topology']} | {_cell(results.get(row['id']))} |" for row in one]
     return "\n".join(lines)
 
 

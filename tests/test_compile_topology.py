@@ -146,3 +146,23 @@ def test_cli_defaults_to_cpu_without_tpu_or_gpu(monkeypatch):
     env = {}
     cli_support.default_jax_platforms(env)
     assert env == {}
+
+
+@needs_libtpu
+def test_evaluate_cli_compile_only_with_default_dtype(tmp_path, capsys):
+    """``python -m longrm_jax.evaluate --compile-only --topology v5p-8`` on a config-only checkpoint directory
+    with the default ``--dtype auto`` (resolved as a run resolves it: a DisRM takes its stored dtype)."""
+    import json
+
+    from longrm_jax import evaluate
+
+    config = dict(model_type="llama", architectures=["LlamaForSequenceClassification"], vocab_size=256,
+                  hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, rms_norm_eps=1e-5,
+                  rope_theta=10000.0, num_labels=1, pad_token_id=0, eos_token_id=2, torch_dtype="float32")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    rc = evaluate.main(["--model-path", str(tmp_path), "--is-disrm", "--compile-only", "--topology", "v5p-8",
+                        "--compile-length", "256", "--mesh", "fsdp=4"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "DisRM 1 layers, hidden 64, float32" in out and "Mosaic TPU" in out, out
