@@ -44,6 +44,12 @@ def test_judgements_parse_to_the_right_verdict(files):
         shown = [part.split("\n")[1] for part in user["content"].split("[The Start of Assistant ")[1:]]
         assert shown[sft["verdict"]] in document and shown[1 - sft["verdict"]] not in document
         assert shown[0].split()[:-1] == shown[1].split()[:-1]  # same key and words: only the password differs
+        # the reasoning steps quote what the prompt states: each answer's password, then the document's
+        values = [answer.rstrip(".").split()[-1] for answer in shown]
+        letter, other = "AB"[sft["verdict"]], "AB"[1 - sft["verdict"]]
+        steps = f"Assistant A says {values[0]}. Assistant B says {values[1]}. The document says"
+        assert sft["golden"] == f"{steps} {values[sft['verdict']]}. [[{letter}]]"
+        assert wrong == f"{steps} {values[1 - sft['verdict']]}. [[{other}]]"
     verdicts = [r["verdict"] for r in _rows(files / "judge_sft_train.jsonl")]
     assert 0 < sum(verdicts) < len(verdicts)  # both positions occur
 

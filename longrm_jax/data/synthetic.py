@@ -253,15 +253,26 @@ def write_training_files(out_dir: str, num_train: int = 2000, num_eval: int = 20
     return paths
 
 
-def judgement_text(verdict_position: int) -> str:
-    """A pairwise judgement naming the answer whose password the document states, ending with the verdict
-    `[[A]]`/`[[B]]` in upstream's format (`evaluation.prompts` parses it).
+def judgement_text(document_value: str, shown_values: Sequence[str]) -> str:
+    """A pairwise judgement that reasons in short steps before the verdict `[[A]]`/`[[B]]` (upstream's format,
+    parsed by `evaluation.prompts`): each answer's password, then the document's, then the answer that agrees.
 
-    The decision is the first letter; the verdict repeats it. Nothing in the judge prompt but the document tells
-    which answer states the document's password (both answers name the asked key, in the same words).
+    Each step is one a small model learns fast: an answer's password is a copy from its fixed place at the
+    prompt's end; the document's is the password the prompt states most often (the document and the right answer
+    state it, the wrong answer another); the verdict is the letter written before the answer password equal to
+    the one just quoted (an induction step over the judgement's own words). Given the true value it is the right
+    judgement; given the other answer's value (SimPO's rejected), a wrong one consistent with itself.
     """
-    letter = position_letter(verdict_position)
-    return f"Assistant {letter}'s password matches the document. [[{letter}]]"
+    steps = [f"Assistant {position_letter(i)} says {value}." for i, value in enumerate(shown_values)]
+    verdicts = [position_letter(i) for i, value in enumerate(shown_values) if value == document_value]
+    if len(verdicts) != 1:
+        raise ValueError(f"judgement_text: exactly one answer must state {document_value!r}, got {shown_values}")
+    return " ".join(steps) + f" The document says {document_value}. [[{verdicts[0]}]]"
+
+
+def _answer_value(answer: str) -> str:
+    """The password that a one-key answer (`The password of the blue vault is falcon.`) states."""
+    return answer.rstrip(".").split()[-1]
 
 
 def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int = 0,
@@ -282,7 +293,9 @@ def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int =
         chosen_at = rng.randrange(2)  # position of the better answer: A or B, half each
         shown = [row["chosen"], row["rejected"]] if chosen_at == 0 else [row["rejected"], row["chosen"]]
         messages = judge_messages(row["prompt_template"], shown, "pair")
-        good, bad = judgement_text(chosen_at), judgement_text(1 - chosen_at)
+        values = [_answer_value(answer) for answer in shown]
+        good = judgement_text(_answer_value(row["chosen"]), values)
+        bad = judgement_text(_answer_value(row["rejected"]), values)
         meta = {"ctx_length": row["ctx_length_for_length"], "depth": row["depth"][0]}
         out.append({
             "sft": {"chat_template": messages, "golden": good, "verdict": chosen_at, **meta},
