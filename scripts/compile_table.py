@@ -165,7 +165,9 @@ def _cell(r: dict | None) -> str:
         return f"no: {'at least ' if r.get('lower_bound') else ''}{r['peak_gib']:.1f} > {r['hbm_gib']:.1f} GiB"
     step = f", {r['step_s']:.1f} s" if "step_s" in r else ""
     host = re.search(r"pinned host ([\d.]+) GiB", "\n".join(r.get("output", [])))
-    host = f" + {float(host.group(1)):.0f} GiB pinned host" if host else ""
+    host_gib = float(host.group(1)) if host else 0.0
+    host = (f" + {host_gib:.0f} GiB pinned host" + (" (over the default 96 GiB host budget)" if host_gib > 96 else "")
+            if host else "")
     return f"{r['peak_gib']:.1f} GiB{host}{step}"
 
 
