@@ -42,8 +42,19 @@ def test_target_follows_the_mesh_not_the_default_backend():
 
 @pytest.fixture(scope="module")
 def v5p_8():
+    """The v5p-8 topology, with the persistent compilation cache (tests/conftest.py) off meanwhile: a compile-only
+    TPU client stores its programs there but cannot load them back ("PjRtCompiler must be constructed with a
+    Client"), so a second compile of one program would warn and compile again."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
     topo.prepare_host_for_compile_only()
-    return topo.parse("v5p-8")
+    enabled = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()  # JAX decides once per process whether it uses the cache: ask again
+    yield topo.parse("v5p-8")
+    jax.config.update("jax_enable_compilation_cache", enabled)
+    compilation_cache.reset_cache()
 
 
 def _tiny(stage: str, **extra):
