@@ -69,6 +69,7 @@ def _tiny(stage: str, **extra):
     return load_config(None, sets, base=DEFAULT_CONFIG)
 
 
+@pytest.mark.slow
 @needs_libtpu
 @pytest.mark.parametrize("stage", ["simpo", "bt"])
 def test_tpu_train_step_keeps_splash_inside_the_ring(v5p_8, stage):
@@ -86,6 +87,7 @@ def test_tpu_train_step_keeps_splash_inside_the_ring(v5p_8, stage):
     assert "per chip:" in text and "of 95.0 GiB HBM" in text and "Mosaic TPU" in text
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_tpu_step_that_does_not_fit_names_predicted_and_available(v5p_8):
     from longrm_jax.training.compile_only import compile_train_step
@@ -97,6 +99,7 @@ def test_tpu_step_that_does_not_fit_names_predicted_and_available(v5p_8):
     assert "reduce it with:" in report.error and "mesh.seq" in report.error
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_tpu_evaluator_programs_keep_splash(v5p_8):
     import jax

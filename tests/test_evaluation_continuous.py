@@ -28,6 +28,7 @@ def _hf_greedy(ref, prompt):
     return out[0, len(prompt):].numpy()
 
 
+@pytest.mark.slow
 def test_continuous_matches_generate_with_refills(causal_lm):
     """9 prompts of mixed lengths (two buckets) on 3 slots; stop ids picked from the reference continuations
     so that rows stop at different steps (one at its very first token) while others run to the budget."""
@@ -85,6 +86,7 @@ def test_slots_from_memory(causal_lm):
     assert slots_from_memory(model, 1000, memory_bytes=1 << 30) == plan["slots"]
 
 
+@pytest.mark.slow
 def test_evaluate_results_equal_batch_one_run(tmp_path):
     """``python -m longrm_jax.evaluate`` with continuous batching (3 slots, 2 steps per call) writes the
     results.csv and judgements of a static batch-1 run. A third of the vocabulary is made a stop id

@@ -43,6 +43,7 @@ def _outputs(save):
             ("results.csv", "predictions.jsonl", *(f"{task}.jsonl" for task in TASKS))}
 
 
+@pytest.mark.slow
 def test_whole_run_queue_equals_task_by_task_and_resumes_after_a_kill(grm_and_bench, tmp_path, monkeypatch,
                                                                        caplog):
     model, data = grm_and_bench
