@@ -19,6 +19,23 @@ for _flag in COLLECTIVE_TIMEOUT_FLAGS:
     if _flag.split("=")[0] not in os.environ["XLA_FLAGS"]:
         os.environ["XLA_FLAGS"] += " " + _flag
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# One persistent XLA compilation cache for the whole run: the xdist workers and the CLI subprocesses the tests start
+# inherit the environment, so a program compiled once (the tiny training step a CLI test runs, kills and resumes in
+# three processes; the same step in-process test after test) is compiled once per run instead of once per
+# process. A fresh directory per run (made by the controller, removed at its end) keeps runs independent of each
+# other. Every program is stored (threshold 0: no timing decides what is reused), and the size limit turns on
+# JAX's file lock, so two workers never read an entry the other is still writing. XLA keys entries by the
+# program, its compile options and devices, and the jax/XLA version: a hit is the executable this process would
+# have compiled (its memory and cost analyses and HLO text included).
+_OWN_XLA_CACHE = None  # the directory this process made (and removes at its end)
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ and "PYTEST_XDIST_WORKER" not in os.environ:
+    import tempfile
+
+    _OWN_XLA_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="longrm_test_xla_cache_")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -35,3 +52,20 @@ def xla_flags_with_devices(count: int | None) -> str:
     chooses): the device count replaced, the collective timeouts above kept."""
     flags = [f for f in os.environ["XLA_FLAGS"].split() if not f.startswith("--xla_force_host_platform_device_count")]
     return " ".join(flags + ([] if count is None else [f"--xla_force_host_platform_device_count={count}"]))
+
+
+def pytest_unconfigure(config):
+    """The process that made the compilation cache (the xdist controller, or a run without xdist) removes it."""
+    if _OWN_XLA_CACHE:
+        import shutil
+
+        shutil.rmtree(_OWN_XLA_CACHE, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files holding a slow test run first, each file's tests kept together (module fixtures set up once), the
+    rest in their usual order after them. Two xdist workers then start the long files and fill in with the short
+    ones: a long test collected last (test_training_* sort last) would otherwise run alone at the end of the run
+    while the other worker idles. Every worker collects the same order, as xdist requires."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: each file's order is kept

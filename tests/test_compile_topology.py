@@ -42,8 +42,19 @@ def test_target_follows_the_mesh_not_the_default_backend():
 
 @pytest.fixture(scope="module")
 def v5p_8():
+    """The v5p-8 topology, with the persistent compilation cache (tests/conftest.py) off meanwhile: a compile-only
+    TPU client stores its programs there but cannot load them back ("PjRtCompiler must be constructed with a
+    Client"), so a second compile of one program would warn and compile again."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
     topo.prepare_host_for_compile_only()
-    return topo.parse("v5p-8")
+    enabled = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()  # JAX decides once per process whether it uses the cache: ask again
+    yield topo.parse("v5p-8")
+    jax.config.update("jax_enable_compilation_cache", enabled)
+    compilation_cache.reset_cache()
 
 
 def _tiny(stage: str, **extra):
@@ -58,6 +69,7 @@ def _tiny(stage: str, **extra):
     return load_config(None, sets, base=DEFAULT_CONFIG)
 
 
+@pytest.mark.slow
 @needs_libtpu
 @pytest.mark.parametrize("stage", ["simpo", "bt"])
 def test_tpu_train_step_keeps_splash_inside_the_ring(v5p_8, stage):
@@ -75,6 +87,7 @@ def test_tpu_train_step_keeps_splash_inside_the_ring(v5p_8, stage):
     assert "per chip:" in text and "of 95.0 GiB HBM" in text and "Mosaic TPU" in text
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_tpu_step_that_does_not_fit_names_predicted_and_available(v5p_8):
     from longrm_jax.training.compile_only import compile_train_step
@@ -86,6 +99,7 @@ def test_tpu_step_that_does_not_fit_names_predicted_and_available(v5p_8):
     assert "reduce it with:" in report.error and "mesh.seq" in report.error
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_cli_refuses_a_hopeless_step_before_compiling(v5p_8, monkeypatch, capsys):
     """A step whose lower bound (train state + gradients + batch + stacked layer inputs) exceeds the chip exits 4

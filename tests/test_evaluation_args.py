@@ -2,7 +2,6 @@
 files, the DisRM dtype taken from the checkpoint, truncation and both-orders agreement on the console."""
 
 import json
-import shutil
 
 import pytest
 
@@ -10,9 +9,8 @@ pytest.importorskip("torch")
 
 from longrm_jax import evaluate  # noqa: E402
 from longrm_jax.data.synthetic import write_long_rewardbench  # noqa: E402
-from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR  # noqa: E402
 from longrm_jax.evaluation import runner  # noqa: E402
-from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
+from helpers.tiny_checkpoint import make_tiny_model_dir  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +23,7 @@ def bench_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def disrm_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("rm")
-    make_tiny_checkpoint(path, "llama", head="classifier", vocab_size=650, pad_token_id=0, kv_heads=2, layers=1)
-    for item in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(f"{TINY_TOKENIZER_DIR}/{item}", path / item)
+    make_tiny_model_dir(path, "llama", "classifier", layers=1)
     return path
 
 

@@ -12,17 +12,16 @@ import torch  # noqa: F401 - the test extra installs it: a broken install fails 
 
 from longrm_jax import evaluate  # noqa: E402
 from longrm_jax.data.synthetic import write_long_rewardbench  # noqa: E402
-from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR  # noqa: E402
-from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
+from helpers.tiny_checkpoint import make_tiny_checkpoint, make_tiny_model_dir  # noqa: E402
 
 TASKS = ("LongQA", "Code")
 
 
 def _checkpoint(path, family, head, tokenizer=True, seed=0):
-    make_tiny_checkpoint(path, family, head=head, vocab_size=650, pad_token_id=0, kv_heads=2, layers=1, seed=seed)
     if tokenizer:
-        for item in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-            shutil.copy(f"{TINY_TOKENIZER_DIR}/{item}", path / item)
+        make_tiny_model_dir(path, family, head, layers=1, seed=seed)
+    else:
+        make_tiny_checkpoint(path, family, head=head, vocab_size=650, pad_token_id=0, kv_heads=2, layers=1, seed=seed)
     return str(path)
 
 

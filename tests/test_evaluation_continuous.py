@@ -1,18 +1,15 @@
 """Continuous batching (slot refilling) for GRM greedy generation vs transformers ``generate`` (fp32, tiny
 random Qwen3), and the memory-based slot count."""
 
-import shutil
-
 import numpy as np
 import pytest
 
 import torch  # the test extra installs it: a broken install fails the run, never skips
 
 from longrm_jax import load_pretrained  # noqa: E402
-from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR  # noqa: E402
 from longrm_jax.evaluation.continuous import memory_plan, slots_from_memory  # noqa: E402
 from longrm_jax.evaluation.generation import GreedyGenerator  # noqa: E402
-from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
+from helpers.tiny_checkpoint import make_tiny_model_dir  # noqa: E402
 
 VOCAB = 650
 NEW_TOKENS = 24
@@ -21,10 +18,7 @@ NEW_TOKENS = 24
 @pytest.fixture(scope="module")
 def causal_lm(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "qwen3_grm"
-    ref = make_tiny_checkpoint(path, "qwen3", head="causal_lm", vocab_size=VOCAB, pad_token_id=0, kv_heads=2)
-    for item in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(f"{TINY_TOKENIZER_DIR}/{item}", path / item)
-    return path, ref
+    return path, make_tiny_model_dir(path, "qwen3", vocab_size=VOCAB)
 
 
 def _hf_greedy(ref, prompt):
@@ -34,6 +28,7 @@ def _hf_greedy(ref, prompt):
     return out[0, len(prompt):].numpy()
 
 
+@pytest.mark.slow
 def test_continuous_matches_generate_with_refills(causal_lm):
     """9 prompts of mixed lengths (two buckets) on 3 slots; stop ids picked from the reference continuations
     so that rows stop at different steps (one at its very first token) while others run to the budget."""
@@ -91,6 +86,7 @@ def test_slots_from_memory(causal_lm):
     assert slots_from_memory(model, 1000, memory_bytes=1 << 30) == plan["slots"]
 
 
+@pytest.mark.slow
 def test_evaluate_results_equal_batch_one_run(tmp_path):
     """``python -m longrm_jax.evaluate`` with continuous batching (3 slots, 2 steps per call) writes the
     results.csv and judgements of a static batch-1 run. A third of the vocabulary is made a stop id
@@ -102,10 +98,7 @@ def test_evaluate_results_equal_batch_one_run(tmp_path):
     from longrm_jax.data.synthetic import write_long_rewardbench
 
     model = tmp_path / "grm"
-    make_tiny_checkpoint(model, "qwen3", head="causal_lm", vocab_size=VOCAB, pad_token_id=0, kv_heads=2, layers=1)
-    for item in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(f"{TINY_TOKENIZER_DIR}/{item}", model / item)
-    (model / "generation_config.json").write_text(json.dumps({"eos_token_id": list(range(3, VOCAB, 3))}))
+    make_tiny_model_dir(model, "qwen3", vocab_size=VOCAB, layers=1, stop_every=3)
     data = tmp_path / "bench"
     write_long_rewardbench(str(data), per_task=4, seed=0, lengths=(48, 96), tasks=("LongQA", "Code"),
                            bon_fraction=0.5)

@@ -44,6 +44,7 @@ def _prompts():
     return [rng.integers(5, VOCAB, n).astype(np.int32) for n in (13, 40, 7, 26)]
 
 
+@pytest.mark.slow
 def test_fused_layout_matches_unfused_and_generate(checkpoint):
     path, ref = checkpoint
     plain = load_pretrained(path, dtype="float32")

@@ -8,7 +8,6 @@ import json
 import math
 import random
 import re
-import shutil
 
 import numpy as np
 import pytest
@@ -180,13 +179,9 @@ def test_disrm_predictions_get_binary_accuracy():
 
 
 def _tiny_checkpoint(path, head, template=True):
-    from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
-    from helpers.tiny_checkpoint import make_tiny_checkpoint
+    from helpers.tiny_checkpoint import make_tiny_model_dir
 
-    make_tiny_checkpoint(path, "qwen3" if head == "causal_lm" else "llama", head=head, vocab_size=650,
-                         pad_token_id=0, kv_heads=2, layers=1)
-    for item in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(f"{TINY_TOKENIZER_DIR}/{item}", path / item)
+    make_tiny_model_dir(path, "qwen3" if head == "causal_lm" else "llama", head, layers=1)
     if not template:  # a base model's tokenizer: no chat template
         config = json.loads((path / "tokenizer_config.json").read_text())
         template_text = config.pop("chat_template")

@@ -1,6 +1,5 @@
 """Evaluator vs transformers on tiny random checkpoints (fp32): DisRM scores and GRM greedy generations."""
 
-import shutil
 
 import numpy as np
 import pytest
@@ -8,11 +7,10 @@ import pytest
 import torch  # the test extra installs it: a broken install fails the run, never skips
 
 from longrm_jax import load_pretrained  # noqa: E402
-from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR  # noqa: E402
 from longrm_jax.evaluation.encoding import disrm_sequences, load_chat_tokenizers  # noqa: E402
 from longrm_jax.evaluation.generation import GreedyGenerator  # noqa: E402
 from longrm_jax.evaluation.samples import load_task_file  # noqa: E402
-from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
+from helpers.tiny_checkpoint import make_tiny_model_dir  # noqa: E402
 
 VOCAB = 650  # the tiny tokenizer's size; pad 0, eos 2
 NEW_TOKENS = 64
@@ -20,10 +18,7 @@ NEW_TOKENS = 64
 
 def _checkpoint(root, name, family, head):
     path = root / name
-    ref = make_tiny_checkpoint(path, family, head=head, vocab_size=VOCAB, pad_token_id=0, kv_heads=2)
-    for item in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(f"{TINY_TOKENIZER_DIR}/{item}", path / item)
-    return path, ref
+    return path, make_tiny_model_dir(path, family, head, vocab_size=VOCAB)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ against an H100's and an H200's memory, without a device."""
 
 import json
 import logging
-import shutil
 
 import pytest
 
@@ -13,11 +12,10 @@ pytest.importorskip("torch")
 
 from longrm_jax import evaluate  # noqa: E402
 from longrm_jax.data.synthetic import write_long_rewardbench  # noqa: E402
-from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR  # noqa: E402
 from longrm_jax.evaluation import grm_queue  # noqa: E402
 from longrm_jax.evaluation.generation import GreedyGenerator  # noqa: E402
 from longrm_jax.evaluation.slot_plan import plan_pools, plan_slots  # noqa: E402
-from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
+from helpers.tiny_checkpoint import make_tiny_model_dir  # noqa: E402
 
 VOCAB = 650
 TASKS = ("LongQA", "Code", "Math")
@@ -27,11 +25,8 @@ TASKS = ("LongQA", "Code", "Math")
 def grm_and_bench(tmp_path_factory):
     root = tmp_path_factory.mktemp("queue")
     model = root / "grm"
-    make_tiny_checkpoint(model, "qwen3", head="causal_lm", vocab_size=VOCAB, pad_token_id=0, kv_heads=2, layers=1)
-    for item in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(f"{TINY_TOKENIZER_DIR}/{item}", model / item)
     # A third of the vocabulary stops a judgement: rows end at different steps, so slots refill mid-pool.
-    (model / "generation_config.json").write_text(json.dumps({"eos_token_id": list(range(3, VOCAB, 3))}))
+    make_tiny_model_dir(model, "qwen3", vocab_size=VOCAB, layers=1, stop_every=3)
     data = root / "bench"
     write_long_rewardbench(str(data), per_task=3, seed=0, lengths=(48,), tasks=TASKS, bon_fraction=0.5)
     return model, data
@@ -48,6 +43,7 @@ def _outputs(save):
             ("results.csv", "predictions.jsonl", *(f"{task}.jsonl" for task in TASKS))}
 
 
+@pytest.mark.slow
 def test_whole_run_queue_equals_task_by_task_and_resumes_after_a_kill(grm_and_bench, tmp_path, monkeypatch,
                                                                        caplog):
     model, data = grm_and_bench

@@ -42,6 +42,7 @@ def test_offload_policies_resolve():
     assert remat_policy("offload_layer_inputs_and_attention") == (True, offload_layer_inputs_and_attention_policy)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("remat", ["offload_layer_inputs", "offload_layer_inputs_and_attention"])
 def test_scan_saves_the_host_copy_of_each_layer_input_and_gradients_equal_full(remat):
     stacked = rf"f32(<host>)?\[{LAYERS},{B},{T},{D}\]"  # one layer input per layer, stacked by the scan

@@ -48,6 +48,7 @@ def test_the_default_run_is_package_data_with_one_copy():
         assert yaml.safe_load(f) == DEFAULT_CONFIG
 
 
+@pytest.mark.slow
 def test_compilation_cache_is_written_and_reused(tmp_path):
     """`compilation_cache: DIR` stores the compiled step programs; a second run of the same shapes finds them.
 
@@ -76,6 +77,7 @@ def test_compilation_cache_is_written_and_reused(tmp_path):
     assert set(os.listdir(cache)) == entries  # the second run wrote nothing new: it reused every entry
 
 
+@pytest.mark.slow
 def test_profile_window_writes_a_trace_the_summary_reads(tmp_path):
     """`profile.steps: N` traces steps [start, start + N); scripts/profile_summary.py reads the trace."""
     import glob

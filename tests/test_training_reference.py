@@ -238,6 +238,7 @@ def _case_id(case):
     return f"{stage}-{layout}" + (f"-{rejects}rej" if rejects else "")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SYNTHETIC_CASES, ids=_case_id)
 def test_synthetic_rows_match_the_independent_stack(case, checkpoints, tmp_path):
     stage, layout, rejects = case
@@ -256,6 +257,7 @@ def test_synthetic_rows_match_the_independent_stack(case, checkpoints, tmp_path)
     _assert_equal(got, reference(model, _hf_tokenizer(), stage, rows, rejects, seq_len))
 
 
+@pytest.mark.slow
 @real_rows
 @pytest.mark.parametrize("case", REAL_CASES, ids=_case_id)
 def test_real_upstream_rows_match_the_independent_stack(case, checkpoints):
@@ -273,6 +275,7 @@ def test_real_upstream_rows_match_the_independent_stack(case, checkpoints):
     _assert_equal(got, reference(model, _hf_tokenizer(), stage, rows, rejects, REAL_SEQ_LEN))
 
 
+@pytest.mark.slow
 def test_packed_sft_weighs_each_sample_as_upstream(checkpoints, tmp_path):
     """Packed SFT rows of [2, 1, 2] samples, one row per micro step (grad_accum 3): the loss and gradients equal
     upstream's mean over the 5 samples of each one's token mean, not the mean over rows of row means."""

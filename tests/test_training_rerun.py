@@ -9,8 +9,6 @@ import os
 import pathlib
 import signal
 import struct
-import subprocess
-import sys
 
 import pytest
 
@@ -20,11 +18,11 @@ from longrm_jax.training import loop
 from longrm_jax.training.checkpoint import completed_steps
 from longrm_jax.training.config import load_config
 from longrm_jax.training.run_dir import PREVIOUS_PREFIX
+from helpers.train_and_kill import run_train_cli
 
 TINY = ["data.seq_len=256", "data.batch_rows=2", "data.synthetic.lengths=[24,40]", "data.num_train=16",
         "steps=4", "checkpoint.every=2", "eval_before=false", "eval_after=false", "tensorboard=false",
         "progress=false", "optim.lr=1e-2", "checkpoint.async_save=false", "checkpoint.keep=5"]
-KILL_DRIVER = str(pathlib.Path(__file__).parent / "helpers" / "train_and_kill.py")
 
 
 def _args(out, *extra):
@@ -211,11 +209,8 @@ def test_sigint_saves_the_step_reached_and_exits_130(tmp_path, monkeypatch, caps
 
 
 def _cli(out, *extra, signal_at=None):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
-    command = [sys.executable, "-m", "longrm_jax.train"] if signal_at is None else [
-        sys.executable, KILL_DRIVER, signal_at[0], str(signal_at[1])]
-    args = command + _args(out, "steps=60", "checkpoint.every=50", "log_every=1", "checkpoint.async_save=true")
-    return subprocess.run(args + list(extra), env=env, capture_output=True, text=True, timeout=600)
+    sets = TINY + [f"output_dir={out}", "steps=60", "checkpoint.every=50", "log_every=1", "checkpoint.async_save=true"]
+    return run_train_cli(sets, *extra, kill_at=signal_at)
 
 
 @pytest.mark.slow

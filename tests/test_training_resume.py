@@ -3,10 +3,7 @@ loss stops the run naming the step and keeps the last good checkpoint."""
 
 import dataclasses
 import os
-import pathlib
 import signal
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -18,22 +15,16 @@ from longrm_jax.training import steps
 from longrm_jax.training import loop
 from longrm_jax.training.checkpoint import load_trained_weights
 from longrm_jax.training.config import load_config
+from helpers.train_and_kill import run_train_cli
 
 TINY = ["data.seq_len=256", "data.batch_rows=2", "data.synthetic.lengths=[24,40]", "data.num_train=16",
         "steps=6", "checkpoint.every=2", "eval_before=false", "eval_after=false", "tensorboard=false",
         "progress=false", "optim.lr=1e-2"]
 
 
-KILL_DRIVER = str(pathlib.Path(__file__).parent / "helpers" / "train_and_kill.py")
-
-
 def _train(out, *extra, kill_at=None):
     """The training CLI in a subprocess; ``kill_at=(event, step)`` SIGKILLs it there (tests/helpers)."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
-    command = [sys.executable, "-m", "longrm_jax.train"] if kill_at is None else [
-        sys.executable, KILL_DRIVER, kill_at[0], str(kill_at[1])]
-    args = command + [a for s in TINY + [f"output_dir={out}"] for a in ("--set", s)]
-    return subprocess.run(args + list(extra), env=env, capture_output=True, text=True, timeout=300)
+    return run_train_cli(TINY + [f"output_dir={out}"], *extra, kill_at=kill_at, timeout=300)
 
 
 @pytest.mark.slow

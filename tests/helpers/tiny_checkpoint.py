@@ -74,3 +74,27 @@ def make_tiny_checkpoint(out_dir: str | os.PathLike, family: str = "llama", head
     kwargs = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
     model.save_pretrained(os.fspath(out_dir), **kwargs)
     return model
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def make_tiny_model_dir(out_dir: str | os.PathLike, family: str = "qwen3", head: str = "causal_lm", *,
+                        stop_every: int | None = None, **checkpoint_kwargs):
+    """What ``python -m longrm_jax.evaluate --model-path`` takes: a tiny random checkpoint (vocabulary 650, pad 0,
+    2 KV heads unless given) with the committed tiny tokenizer beside it. ``stop_every=3``: every third token id
+    from 3 on ends a judgement (generation_config.json), so greedy rows stop at different steps. Returns the
+    torch model."""
+    import json
+    import shutil
+
+    from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
+
+    kwargs = {"vocab_size": 650, "pad_token_id": 0, "kv_heads": 2, **checkpoint_kwargs}
+    model = make_tiny_checkpoint(out_dir, family, head, **kwargs)
+    for item in TOKENIZER_FILES:
+        shutil.copy(os.path.join(TINY_TOKENIZER_DIR, item), os.path.join(out_dir, item))
+    if stop_every:
+        with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
+            json.dump({"eos_token_id": list(range(3, kwargs["vocab_size"], stop_every))}, f)
+    return model
