@@ -126,6 +126,9 @@ def prepare_host_for_compile_only() -> None:
                        ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")):
         os.environ.setdefault(key, value)
     jax.config.update("jax_platforms", "cpu")
+    # A compile-only client can write persistent-cache entries but not load them back (JAX warns "PjRtCompiler
+    # must be constructed with a Client"): a JAX_COMPILATION_CACHE_DIR set by the user would only add warnings.
+    jax.config.update("jax_enable_compilation_cache", False)
 
 
 def devices_for(topology: Topology | str, slices: int = 1):
