@@ -199,7 +199,8 @@ def test_sigint_saves_the_step_reached_and_exits_130(tmp_path, monkeypatch, caps
 
     monkeypatch.setattr(loop, "run", functools.partial(loop.run, on_step=interrupt_at_3))
     out = tmp_path / "run"
-    # The handlers this process had (a pytest-xdist worker started to replace a crashed one ignores SIGINT).
+    # The handlers this process had: a suite started in the background by a non-interactive shell (`cmd &`)
+    # inherits SIGINT ignored, and the trainer must put back exactly that.
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     assert train.main(_args(out, "steps=10", "checkpoint.every=4")) == 130
     err = capsys.readouterr().err
