@@ -41,6 +41,9 @@ def run_cli(body: Callable[[list[str]], int | None], argv: Sequence[str] | None 
     """Run ``body(argv)``; exceptions become one ``error:`` line and exit status 1 unless debugging."""
     argv = list(sys.argv[1:] if argv is None else argv)
     default_jax_platforms()
+    from longrm_jax.xla_flags import fake_cpu_device_threads  # noqa: PLC0415 - no jax import
+
+    fake_cpu_device_threads()  # before any backend starts: see its comment
     try:
         return body(argv) or 0
     except KeyboardInterrupt:

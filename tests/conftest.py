@@ -9,10 +9,9 @@ os.environ.setdefault("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
 # XLA:CPU aborts the process ("Termination timeout ... exceeded") when a collective's rendezvous takes longer than
-# its termination timeout (40 s by default). On 2 busy cores, 8 fake devices' threads can be starved that long:
-# the CI's 8-device training test most likely died this way (a crashed xdist worker, twice in a row on
-# 2026-11-25 while another test run shared the cores; passing alone). 300 s is far above any starvation of the
-# suite's tiny programs and still ends a real deadlock well inside the per-test timeout (pyproject: 600 s).
+# its termination timeout (40 s by default). On 2 busy cores, 8 fake devices' threads can be starved for a while;
+# 300 s is far above any starvation of the suite's tiny programs and still ends a real deadlock (such as the
+# thread-pool one that PJRT_NPROC below prevents) well inside the per-test timeout (pyproject: 600 s).
 COLLECTIVE_TIMEOUT_FLAGS = ("--xla_cpu_collective_call_terminate_timeout_seconds=300",
                             "--xla_cpu_collective_timeout_seconds=300")
 # LLVM's optimisation of the CPU code of the suite's tiny programs costs more compile time than it saves run time
@@ -23,6 +22,12 @@ for _flag in COLLECTIVE_TIMEOUT_FLAGS + CPU_COMPILE_FLAGS:
     if _flag.split("=")[0] not in os.environ["XLA_FLAGS"]:
         os.environ["XLA_FLAGS"] += " " + _flag
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# 8 fake devices' collectives deadlock XLA:CPU's thread pool when it has as many threads as the machine has cores
+# (the CI's crashed worker in test_training_distributed.py[bt]): PJRT_NPROC sizes it, inherited by the CLI
+# subprocesses the tests start (longrm_jax/xla_flags.py says why and what was measured).
+from longrm_jax.xla_flags import fake_cpu_device_threads  # noqa: E402 - imports no jax
+
+fake_cpu_device_threads()
 
 # One persistent XLA compilation cache for the whole run: the xdist workers and the CLI subprocesses the tests start
 # inherit the environment, so a program compiled once (the tiny training step a CLI test runs, kills and resumes in

@@ -24,7 +24,8 @@ CASES = {
 }
 
 
-def _one_step(cfg, mesh, host_batch):
+def _one_step(cfg, mesh, host_batch, repeats=0):
+    """One training step; the gradient program first runs ``repeats`` more times (each giving the same result)."""
     tok = load_tokenizer(cfg.data)
     mcfg = with_training_numerics(preset_config(cfg, tok), cfg)
     codec, values = init_random(mcfg, mesh, cfg.seed)
@@ -36,6 +37,11 @@ def _one_step(cfg, mesh, host_batch):
                           batch_lib.batch_shardings(mesh))
     with jax.set_mesh(mesh):
         batch = batch_lib.to_global(batch_lib.prepare(host_batch, seq_shards=mesh.shape["seq"]), mesh)
+        if repeats:
+            first = jax.device_get(step.gradients(state, batch))
+            for _ in range(repeats):
+                again = jax.device_get(step.gradients(state, batch))
+                jax.tree.map(np.testing.assert_array_equal, again, first)
         state, metrics = step(state, batch)
     return jax.device_get(metrics), jax.device_get(state.params)
 
@@ -56,7 +62,9 @@ def test_sharded_step_matches_single_device(stage):
                                  host["input_ids"]).astype(np.int32)
     single_cfg = load_config(None, base + CASES[stage] + ["grad_accum=1"], base=DEFAULT_CONFIG)
     m1, p1 = _one_step(single_cfg, make_mesh(1, 1, 1, 1, devices=jax.devices()[:1]), host)
-    m8, p8 = _one_step(cfg, make_mesh(data=2, fsdp=2, seq=2, tensor=1), host)
+    # bt (accumulation loop around the layer scans): its 8-device program deadlocked XLA:CPU's thread pool once in
+    # a few runs before conftest sized the pool (longrm_jax/xla_flags.py); 20 runs made it near certain.
+    m8, p8 = _one_step(cfg, make_mesh(data=2, fsdp=2, seq=2, tensor=1), host, repeats=20 if stage == "bt" else 0)
     assert np.isfinite(m1["loss"]) and m1["loss"] > 0
     np.testing.assert_allclose(m8["loss"], m1["loss"], rtol=1e-5)
     np.testing.assert_allclose(m8["grad_norm"], m1["grad_norm"], rtol=1e-4)

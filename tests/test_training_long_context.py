@@ -41,7 +41,10 @@ def test_tiled_mlp_gives_the_untiled_loss_and_gradients(remat):
     np.testing.assert_allclose(got_loss, want_loss, rtol=1e-6)
     assert set(got) == set(want)
     for k in want:
-        np.testing.assert_allclose(got[k], want[k], rtol=2e-5, atol=1e-6, err_msg=k)
+        # fp32 sums in another order: an element's error scales with the array's largest terms, not with the
+        # element (an embedding gradient of 7.9e-3 beside ones of 3.8 was off by 1.5e-6 on one CPU model)
+        scale = max(1.0, float(np.abs(want[k]).max()))
+        np.testing.assert_allclose(got[k], want[k], rtol=2e-5, atol=1e-6 * scale, err_msg=k)
 
 
 def test_tiled_mlp_keeps_one_chunk_of_intermediates():
