@@ -41,8 +41,6 @@ def run_cli(body: Callable[[list[str]], int | None], argv: Sequence[str] | None 
     """Run ``body(argv)``; exceptions become one ``error:`` line and exit status 1 unless debugging."""
     argv = list(sys.argv[1:] if argv is None else argv)
     default_jax_platforms()
-    from longrm_jax.xla_flags import fake_cpu_device_threads  # noqa: PLC0415 - no jax import
-
     fake_cpu_device_threads()  # before any backend starts: see its comment
     try:
         return body(argv) or 0
@@ -92,3 +90,36 @@ def silence_absl_warnings() -> None:
     import logging
 
     logging.getLogger("absl").setLevel(logging.ERROR)
+
+
+# XLA:CPU runs a multi-device program's independent collectives concurrently on its intra-op thread pool, whose
+# size is the number of cores. A collective blocks its thread until every device arrives, so with 8 fake devices
+# on a 2-core machine the blocked threads can use up the pool while another device's collective waits in its
+# queue: a deadlock that XLA ends ~40 s later by aborting the process ("Termination timeout ... exceeded").
+# Measured on the 8-device BT step with gradient accumulation (tests/test_training_distributed.py): with the
+# default pool (2 threads) 30 back-to-back steps deadlocked in every one of 3 tries, idle or loaded; with 8 threads
+# too; with 16 and 32, 30 steps passed every time (2-core machine, jax 0.11.2). XLA sizes the pool from
+# PJRT_NPROC when it is set.
+THREADS_PER_FAKE_CPU_DEVICE = 4
+
+
+def fake_cpu_device_threads(environ=None) -> int | None:
+    """Set ``PJRT_NPROC`` (the CPU client's thread pool) to 4 threads per device when ``XLA_FLAGS`` asks for
+    several fake CPU devices (``--xla_force_host_platform_device_count``), so that their collectives cannot
+    exhaust the pool (see above). Left alone when PJRT_NPROC or NPROC is set, or with one device. Must run
+    before the first JAX backend starts. Returns the value set, or None."""
+    environ = os.environ if environ is None else environ
+    if environ.get("PJRT_NPROC") or environ.get("NPROC"):
+        return None
+    count = 0
+    for item in environ.get("XLA_FLAGS", "").split():
+        if item.startswith("--xla_force_host_platform_device_count="):
+            try:
+                count = int(item.split("=", 1)[1])
+            except ValueError:
+                return None
+    if count <= 1:
+        return None
+    threads = max(os.cpu_count() or 1, THREADS_PER_FAKE_CPU_DEVICE * count)
+    environ["PJRT_NPROC"] = str(threads)
+    return threads

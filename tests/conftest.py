@@ -24,8 +24,8 @@ for _flag in COLLECTIVE_TIMEOUT_FLAGS + CPU_COMPILE_FLAGS:
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # 8 fake devices' collectives deadlock XLA:CPU's thread pool when it has as many threads as the machine has cores
 # (the CI's crashed worker in test_training_distributed.py[bt]): PJRT_NPROC sizes it, inherited by the CLI
-# subprocesses the tests start (longrm_jax/xla_flags.py says why and what was measured).
-from longrm_jax.xla_flags import fake_cpu_device_threads  # noqa: E402 - imports no jax
+# subprocesses the tests start (longrm_jax/cli_support.py says why and what was measured).
+from longrm_jax.cli_support import fake_cpu_device_threads  # noqa: E402 - imports no jax
 
 fake_cpu_device_threads()
 

@@ -63,7 +63,7 @@ def test_sharded_step_matches_single_device(stage):
     single_cfg = load_config(None, base + CASES[stage] + ["grad_accum=1"], base=DEFAULT_CONFIG)
     m1, p1 = _one_step(single_cfg, make_mesh(1, 1, 1, 1, devices=jax.devices()[:1]), host)
     # bt (accumulation loop around the layer scans): its 8-device program deadlocked XLA:CPU's thread pool once in
-    # a few runs before conftest sized the pool (longrm_jax/xla_flags.py); 20 runs made it near certain.
+    # a few runs before conftest sized the pool (longrm_jax/cli_support.py); 20 runs made it near certain.
     m8, p8 = _one_step(cfg, make_mesh(data=2, fsdp=2, seq=2, tensor=1), host, repeats=20 if stage == "bt" else 0)
     assert np.isfinite(m1["loss"]) and m1["loss"] > 0
     np.testing.assert_allclose(m8["loss"], m1["loss"], rtol=1e-5)

@@ -1,8 +1,8 @@
-"""longrm_jax.xla_flags: PJRT_NPROC for fake CPU devices (the thread-pool deadlock of their collectives)."""
+"""longrm_jax.cli_support.fake_cpu_device_threads: PJRT_NPROC for fake CPU devices (the thread-pool deadlock of their collectives)."""
 
 import os
 
-from longrm_jax.xla_flags import THREADS_PER_FAKE_CPU_DEVICE, fake_cpu_device_threads
+from longrm_jax.cli_support import THREADS_PER_FAKE_CPU_DEVICE, fake_cpu_device_threads
 
 
 def test_several_fake_devices_get_threads_per_device():
