@@ -103,7 +103,7 @@ def test_real_upstream_pairs_in_2048_token_rows_all_have_nonzero_gradients(reque
     from longrm_jax.data.tokenize import ChatTokenizer
     from longrm_jax.training.steps import group_values
 
-    from conftest import UPSTREAM_DATA
+    from conftest import EXECUTION_HEAVY_COMPILER_OPTIONS, UPSTREAM_DATA
 
     simpo = os.path.join(UPSTREAM_DATA, "SimPO_Data_Sampled20")
     if not os.path.isdir(simpo):
@@ -126,7 +126,7 @@ def test_real_upstream_pairs_in_2048_token_rows_all_have_nonzero_gradients(reque
         chosen, rejected, _ = group_values(codec.model(params), batch, spec, cfg.loss.chunk_tokens)
         return losses.simpo_loss(chosen, rejected, beta=2.5, gamma=0.5)[0, 0]
 
-    grad = jax.jit(jax.grad(pair_loss))
+    grad = jax.jit(jax.grad(pair_loss), compiler_options=EXECUTION_HEAVY_COMPILER_OPTIONS)
     seen = 0
     for host in batches:
         if not host["num_groups"][0]:
