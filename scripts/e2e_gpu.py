@@ -98,7 +98,13 @@ def _env(smoke: bool, training: bool) -> dict:
     env.setdefault("PYTHONUNBUFFERED", "1")
     if smoke:
         env["JAX_PLATFORMS"] = "cpu"
-        env.pop("XLA_FLAGS", None)
+        # one CPU device per phase; other XLA flags (e.g. the test suite's) are kept
+        flags = [f for f in env.get("XLA_FLAGS", "").split()
+                 if not f.startswith("--xla_force_host_platform_device_count")]
+        if flags:
+            env["XLA_FLAGS"] = " ".join(flags)
+        else:
+            env.pop("XLA_FLAGS", None)
     elif training:
         env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
     else:

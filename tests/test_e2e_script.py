@@ -14,8 +14,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # its chain's own limit below (pyproject's default is 600 s)
 def test_e2e_smoke_chain(tmp_path):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    env.pop("XLA_FLAGS", None)
+    from conftest import xla_flags_with_devices
+
+    # one device per phase (the script's own choice); the suite's other XLA flags kept
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags_with_devices(None)}
     proc = subprocess.run([sys.executable, os.path.join("scripts", "e2e_gpu.py"), "--smoke", "--model", "qwen3_8b",
                            "--work", str(tmp_path / "work"), "--scratch", str(tmp_path / "scratch"), "--keep"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
