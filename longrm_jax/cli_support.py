@@ -104,20 +104,20 @@ THREADS_PER_FAKE_CPU_DEVICE = 4
 
 
 def fake_cpu_device_threads(environ=None) -> int | None:
-    """Set ``PJRT_NPROC`` (the CPU client's thread pool) to 4 threads per device when ``XLA_FLAGS`` asks for
-    several fake CPU devices (``--xla_force_host_platform_device_count``), so that their collectives cannot
-    exhaust the pool (see above). Left alone when PJRT_NPROC or NPROC is set, or with one device. Must run
-    before the first JAX backend starts. Returns the value set, or None."""
+    """Set ``PJRT_NPROC`` (the CPU client's thread pool) to 4 threads per device when several fake CPU devices
+    are asked for (``--xla_force_host_platform_device_count`` in ``XLA_FLAGS``, or ``JAX_NUM_CPU_DEVICES``), so
+    that their collectives cannot exhaust the pool (see above). Left alone when PJRT_NPROC or NPROC is set, or
+    with one device. Must run before the first JAX backend starts. Returns the value set, or None."""
     environ = os.environ if environ is None else environ
     if environ.get("PJRT_NPROC") or environ.get("NPROC"):
         return None
-    count = 0
-    for item in environ.get("XLA_FLAGS", "").split():
-        if item.startswith("--xla_force_host_platform_device_count="):
-            try:
-                count = int(item.split("=", 1)[1])
-            except ValueError:
-                return None
+    asked = [item.split("=", 1)[1] for item in environ.get("XLA_FLAGS", "").split()
+             if item.startswith("--xla_force_host_platform_device_count=")]
+    asked.append(environ.get("JAX_NUM_CPU_DEVICES", ""))
+    try:
+        count = max((int(value) for value in asked if value.strip()), default=0)
+    except ValueError:  # not a number: JAX / XLA report it themselves
+        return None
     if count <= 1:
         return None
     threads = max(os.cpu_count() or 1, THREADS_PER_FAKE_CPU_DEVICE * count)

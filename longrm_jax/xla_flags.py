@@ -47,4 +47,3 @@ def add_gpu_xla_flags(flags=GPU_DECODE_XLA_FLAGS, environ=None) -> str:
             log.warning("XLA_FLAGS changed after the JAX backend started; %s apply to child processes only",
                         " ".join(added))
     return value
-

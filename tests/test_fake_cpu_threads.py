@@ -11,10 +11,15 @@ def test_several_fake_devices_get_threads_per_device():
     assert env["PJRT_NPROC"] == str(max(os.cpu_count() or 1, 32))
 
 
+def test_jax_num_cpu_devices_counts_too():
+    env = {"JAX_NUM_CPU_DEVICES": "4"}
+    assert fake_cpu_device_threads(env) == max(os.cpu_count() or 1, THREADS_PER_FAKE_CPU_DEVICE * 4)
+
+
 def test_left_alone_when_set_or_one_device():
     for env in ({"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "PJRT_NPROC": "3"},
                 {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "NPROC": "3"},
-                {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}, {}):
+                {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}, {"JAX_NUM_CPU_DEVICES": "x"}, {}):
         before = dict(env)
         assert fake_cpu_device_threads(env) is None
         assert env == before
