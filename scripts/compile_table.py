@@ -57,7 +57,8 @@ def rows() -> list[dict]:
                     length="1M (1,048,576)", label="SimPO on 1,048,576-token rows on a v5p-8 (`mesh.seq: 1`)"))
     # GPU meshes: the 1M-token Qwen3-8B step (ring over 8 GPUs, pallas blocks), and SimPO pairs on 2 and 4 GPUs.
     # The MLP runs in 8,192-token tiles (model.mlp_chunk_tokens, exact) except in the one row that shows why.
-    gpu_common = ["model.preset=qwen3_8b", "model.param_dtype=bfloat16", "model.remat=full"]
+    gpu_base = ["model.preset=qwen3_8b", "model.param_dtype=bfloat16"]
+    gpu_common = [*gpu_base, "model.remat=full"]
     tiled = [*gpu_common, "model.mlp_chunk_tokens=8192"]
     one_m = ["data.seq_len=1048576", "data.batch_rows=1", "grad_accum=1", "mesh.seq=8", "mesh.fsdp=1"]
     out.append(dict(id="qwen3_8b_sft_1M@h100x8", group="gpu", config="configs/qwen3_8b_grm_sft.yaml",
@@ -68,15 +69,15 @@ def rows() -> list[dict]:
                         topology=topo, length="1 x 1M (1,048,576)", label="SFT, one 1M-token row",
                         sets=[*tiled, *one_m]))
     # Where remat ``full`` leaves too little room: the layer inputs offloaded to pinned host memory.
-    offload = ["model.remat=offload_layer_inputs"]
+    offload = [*gpu_base, "model.mlp_chunk_tokens=8192", "model.remat=offload_layer_inputs"]
     out.append(dict(id="qwen3_8b_sft_1M_offload@h100x8", group="gpu", config="configs/qwen3_8b_grm_sft.yaml",
                     topology="h100x8", length="1 x 1M (1,048,576)",
-                    label="SFT, one 1M-token row, `offload_layer_inputs`", sets=[*tiled, *one_m, *offload]))
+                    label="SFT, one 1M-token row, `offload_layer_inputs`", sets=[*offload, *one_m]))
     for pair in (131072, 262144):
         out.append(dict(id=f"simpo_pair_{pair // 1024}K_offload@h100x2", group="gpu-pairs",
                         config="configs/qwen3_8b_grm_simpo.yaml", topology="h100x2", length=f"2 x {pair // 1024}K",
                         label=f"SimPO pair 2 x {pair // 1024}K, `offload_layer_inputs`",
-                        sets=[*tiled, *offload, "data.layout=rows", f"data.seq_len={pair}", "data.batch_rows=2",
+                        sets=[*offload, "data.layout=rows", f"data.seq_len={pair}", "data.batch_rows=2",
                               "grad_accum=1", "mesh.seq=2", "mesh.fsdp=1"]))
     for gpus, pair in ((2, 131072), (4, 131072), (4, 262144), (2, 262144)):
         out.append(dict(id=f"simpo_pair_{pair // 1024}K@h100x{gpus}", group="gpu-pairs",
@@ -164,10 +165,10 @@ def _cell(r: dict | None) -> str:
     if not r.get("fits"):
         return f"no: {'at least ' if r.get('lower_bound') else ''}{r['peak_gib']:.1f} > {r['hbm_gib']:.1f} GiB"
     step = f", {r['step_s']:.1f} s" if "step_s" in r else ""
-    host = re.search(r"pinned host ([\d.]+) GiB", "\n".join(r.get("output", [])))
-    host_gib = float(host.group(1)) if host else 0.0
+    found = re.search(r"pinned host ([\d.]+) GiB", "\n".join(r.get("output", [])))
+    host_gib = float(found.group(1)) if found else 0.0
     host = (f" + {host_gib:.0f} GiB pinned host" + (" (over the default 96 GiB host budget)" if host_gib > 96 else "")
-            if host else "")
+            if found else "")
     return f"{r['peak_gib']:.1f} GiB{host}{step}"
 
 
