@@ -36,16 +36,20 @@ fake_cpu_device_threads()
 # inherit the environment, so a program compiled once (the tiny training step a CLI test runs, kills and resumes in
 # three processes; the same step in-process test after test) is compiled once per run instead of once per
 # process. A fresh directory per run (made by the controller, removed at its end) keeps runs independent of each
-# other. Every program is stored (threshold 0: no timing decides what is reused), and the size limit turns on
-# JAX's file lock, so two workers never read an entry the other is still writing. XLA keys entries by the
-# program, its compile options and devices, and the jax/XLA version: a hit is the executable this process would
-# have compiled (its memory and cost analyses and HLO text included).
+# other. The size limit turns on JAX's file lock, so two workers never read an entry the other is still writing.
+# XLA keys entries by the program, its compile options and devices, and the jax/XLA version: a hit is the
+# executable this process would have compiled (its memory and cost analyses and HLO text included), so whether a
+# program was stored changes only how fast a test runs, never what it computes. Only programs that compiled in
+# 0.1 s or more are stored: with the size limit, every store lists and stats the whole directory (JAX's LRU
+# eviction), and storing every program (threshold 0) made those scans quadratic in the run's thousands of small
+# programs: 100 of the suite's 1,057 CPU seconds (py-spy, 2026-11-26), against 8 s of reads. The training step
+# a CLI test compiles in three processes takes seconds. (The compilation-cache test sets its own threshold 0.)
 _OWN_XLA_CACHE = None  # the directory this process made (and removes at its end)
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ and "PYTEST_XDIST_WORKER" not in os.environ:
     import tempfile
 
     _OWN_XLA_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="longrm_test_xla_cache_")
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
     os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
