@@ -1,15 +1,15 @@
 # Sourced at the start of every device call (issue 30 measurements). Installs the carried wheels that the GPU
 # image lacks (grain + array-record/portpicker, tokamax + einshape/pydantic/qwix/immutabledict, tensorboardX)
-# and puts an xprof stub first on the path (tokamax imports xprof.cli.tools; training never uses it).
+# (xprof is not carried: longrm_jax.ops.flash registers a stand-in when tokamax asks for it).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "wheel install failed"; exit 1; }
-export PYTHONPATH=$PWD/scripts/device/stubs:/tmp/site:$PWD
+export PYTHONPATH=/tmp/site:$PWD
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 grep MemTotal /proc/meminfo
-python3 -c "import jax, flax, optax, grain, tokamax, tensorboardX; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())" \
+python3 -c "import jax, flax, optax, grain, tensorboardX; from longrm_jax.ops import flash; flash._tokamax(); print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())" \
   || { echo "imports failed"; exit 1; }
 # Common overrides, as session 10 (docs/benchmarks.md) ran them. run_train NAME TIMEOUT_S CONFIG L [--set k=v ...]:
 # one `python -m longrm_jax.train` run, log in $OUT/NAME.log, host/GPU memory sampled every 5 s in $OUT/NAME.mon.
