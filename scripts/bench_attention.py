@@ -33,6 +33,9 @@ SMOKE = "--smoke" in sys.argv
 if SMOKE:  # before jax is imported: CPU with 2 fake devices so --ring runs too
     os.environ["JAX_PLATFORMS"] = "cpu"
     os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+    from longrm_jax.cli_support import fake_cpu_device_threads  # imports no jax
+
+    fake_cpu_device_threads()  # a pool the fake devices' collectives cannot exhaust
 # torch shares the GPU: let JAX grow its pool instead of grabbing 75% up front.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
