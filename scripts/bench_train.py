@@ -418,9 +418,6 @@ def main(argv=None) -> int:
             count = max([2] + [int(d) for d in args.devices.split(",")])
             os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                        f" --xla_force_host_platform_device_count={count}")
-        from longrm_jax.cli_support import fake_cpu_device_threads  # imports no jax
-
-        fake_cpu_device_threads()  # inherited by the training CLI children (which would also set it)
     if args.one:
         print("RESULT " + json.dumps(run_peer(args.one, args)), flush=True)
         return 0
