@@ -32,4 +32,5 @@ run_train() {
   grep -iE "tokens/s|mfu|peak|predicted|refus|remat|error|Traceback" $OUT/$name.log | tail -10 | cut -c1-400 | tee -a $OUT/summary.txt
   awk -F'host_used_GiB=' '{split($2,a," "); if (a[1]+0>m) m=a[1]+0} END {print "max host used GiB (free -g):", m}' $OUT/$name.mon | tee -a $OUT/summary.txt
   cp /tmp/runs/$name/memory_plan.json $OUT/$name.plan.json 2>/dev/null
+  cp /tmp/runs/$name/metrics.jsonl $OUT/$name.metrics.jsonl 2>/dev/null  # MFU and measured peak GiB per step
 }
