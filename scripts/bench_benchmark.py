@@ -66,6 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--peer-model", help=argparse.SUPPRESS)
     g.add_argument("--peer-slot-plan", help=argparse.SUPPRESS)
     g.add_argument("--peer-data", help=argparse.SUPPRESS)
+    # The peer on the length buckets up to N only (issue 31's extrapolation: a bucket measured in another call is
+    # left out, its time added from there; every skipped bucket is printed).
+    g.add_argument("--peer-max-length", type=int, default=None, help=argparse.SUPPRESS)
     g.add_argument("--checkpoint-part", nargs=3, metavar=("PRESET", "HEAD", "PATH"), help=argparse.SUPPRESS)
 
 
@@ -205,6 +208,10 @@ def peer_part(args) -> dict:
             plan = json.loads(args.peer_slot_plan or "{}")  # bucket -> rows, as our slot pools had
             batches = []
             for bucket_batch in plan_batches([len(s) for s in seqs], max_rows=len(seqs)):  # one per bucket
+                if args.peer_max_length and bucket_batch.length > args.peer_max_length:
+                    print(f"[peer] bucket {bucket_batch.length}: {len(bucket_batch.items)} prompts skipped "
+                          f"(--peer-max-length {args.peer_max_length})", file=sys.stderr, flush=True)
+                    continue
                 rows = plan.get(str(bucket_batch.length), args.peer_slots or 4)
                 batches += [bucket_batch.items[i:i + rows] for i in range(0, len(bucket_batch.items), rows)]
             # A batch of our slot plan that transformers cannot hold (SDPA with a padding mask materialises
