@@ -46,3 +46,12 @@ def test_benchmark_smoke(capsys, tmp_path):
     timings = __import__("json").loads((tmp_path / "out-grm" / "timings.json").read_text())
     for key in ("load_s", "compile_s", "prefill_s", "decode_s", "aggregation_s"):
         assert key in timings
+    # --peer-max-length (a bucket measured in another call is left out): every prompt of a longer bucket is
+    # named as skipped, none is generated.
+    capsys.readouterr()
+    assert bench.main(["--benchmark", "--smoke", "--peer-part", "grm", "--peer-model", str(tmp_path / "grm"),
+                       "--peer-data", str(tmp_path / "data"), "--peer-max-length", "1"]) == 0
+    captured = capsys.readouterr()
+    result = __import__("json").loads(captured.out.split("BENCH_RESULT", 1)[1])
+    skipped = [int(n) for n in re.findall(r"\[peer\] bucket \d+: (\d+) prompts skipped", captured.err)]
+    assert result["generated_tokens"] == 0 and sum(skipped) == result["sequences"] > 0
