@@ -4,19 +4,23 @@ weights of the run's progress bar).
 The rule (docs/perf_eval.md, "Run estimate"):
 
 * prefill of a prompt: its bucket's forward FLOPs (``2 N S + 2 L H d S^2``: matmuls and causal attention) at
-  ``PREFILL_MFU`` of the device's dense bf16 peak;
+  the device's prefill MFU (:class:`DeviceRates`) of its dense bf16 peak;
 * decode of a pool of ``slots`` rows: each step reads the weights once and every slot's filled cache (the
   decode kernel reads only filled columns; mean prompt length + half the mean budget), at
-  ``DECODE_EFFICIENCY`` of the device's memory bandwidth, and yields ``slots`` tokens. A prompt costs its
+  the device's decode efficiency of its memory bandwidth, and yields ``slots`` tokens. A prompt costs its
   budget x (step time / slots). Every judgement is counted at its budget (``--max-new-tokens``, or the
   simulated lengths), so the estimate is an upper bound where judges stop early;
-* compiles: ``COMPILE_S_PER_POOL`` per length bucket (its prefill, admission and decode programs), plus
-  ``UNROLL_COMPILE_S`` when the decode layer loop is unrolled.
+* compiles: the device's seconds per length bucket (its prefill, admission and decode programs, first runs
+  included), plus ``UNROLL_COMPILE_S`` when the decode layer loop is unrolled.
 
-The efficiencies were measured on one H200 (Qwen3-8B shapes, bf16, docs/benchmarks.md, session 9): decode at
-32K, batch 1, 172.7 tokens/s of a 239.9 bound (72%; batch 16: 83%), prefill at 32K 26,155 tokens/s (~62% of
-989 TFLOP/s). Other devices in :data:`DEVICES` get the same efficiencies on their own bandwidth and peak, said
-so in the estimate; a device not in the table (the CPU, TPUs, other GPUs) gets no estimate, only the plan.
+Each device's efficiencies are measured on it (Qwen3-8B shapes, bf16, docs/benchmarks.md). H200 (session 9):
+decode at 32K, batch 1, 172.7 tokens/s of a 239.9 bound (72%; batch 16: 83%), prefill at 32K 26,155 tokens/s
+(~62% of 989 TFLOP/s), 4 s of first calls per bucket. H100 (session 13, the whole-benchmark GRM race at 112
+samples, 0.25 length scale, 512-token judgements): the H200 rule on the H100's bandwidth and peak predicted
+prefill 57.0 s, decode 44.2 s and compiles 24.0 s; the run measured 58.4, 61.3 and 33.9 s, so the H100 prices
+prefill at 60%, decode at 52% (its short buckets decode 21-32 slots per step, where fixed per-step costs weigh
+more than at batch 1 and 128K: 83% there) and 6 s per bucket. An estimate says at most, so an efficiency is the
+lower of what was measured. A device not in the table (the CPU, TPUs, other GPUs) gets no estimate, only the plan.
 """
 
 from __future__ import annotations
@@ -28,29 +32,31 @@ from collections.abc import Sequence
 from longrm_jax.evaluation.slot_plan import Pool, kv_bytes_per_column
 from longrm_jax.models.config import decoder_matmul_params
 
-DECODE_EFFICIENCY = 0.72
-PREFILL_MFU = 0.62
-COMPILE_S_PER_POOL = 4.0  # GRM race, H200: 19.3 s of first calls for five buckets (docs/perf_eval.md)
 UNROLL_COMPILE_S = 8.0  # the unrolled decode program's extra compile (docs/perf_eval.md, session 9)
 
 
 @dataclasses.dataclass(frozen=True)
 class DeviceRates:
-    """A device kind's memory bandwidth (bytes/s) and dense bf16 peak (FLOP/s), and where the efficiencies
-    applied to them come from."""
+    """A device kind's memory bandwidth (bytes/s) and dense bf16 peak (FLOP/s), the efficiencies measured on it
+    (prefill MFU, decode share of the bandwidth bound, seconds of first calls per length bucket) and where they
+    come from."""
 
     name: str
     bandwidth: float
     peak_flops: float
+    prefill_mfu: float
+    decode_efficiency: float
+    compile_s_per_pool: float
     source: str
 
 
 # Matched by substring of ``jax.Device.device_kind`` (e.g. "NVIDIA H100 80GB HBM3"); spec sheet figures (SXM),
 # the peak as training.telemetry.PEAK_FLOPS and docs/flops.md.
 DEVICES = (
-    DeviceRates("H200", 4.8e12, 989e12, "efficiencies measured on an H200"),
-    DeviceRates("H100", 3.35e12, 989e12, "H200-measured efficiencies on an H100's bandwidth and peak "
-                                         "(not yet measured on an H100)"),
+    # GRM race, H200: 19.3 s of first calls for five buckets (docs/perf_eval.md).
+    DeviceRates("H200", 4.8e12, 989e12, 0.62, 0.72, 4.0, "efficiencies measured on an H200"),
+    # GRM race, H100, 112 samples: 58.4 s prefill, 61.3 s decode, 33.9 s of first calls for six buckets.
+    DeviceRates("H100", 3.35e12, 989e12, 0.60, 0.52, 6.0, "efficiencies measured on an H100"),
 )
 
 
@@ -100,15 +106,15 @@ def estimate_run(config, weight_bytes: int, pools: Sequence[Pool], lengths: Sequ
     prompt_seconds = [0.0] * len(lengths)
     prefill = decode = 0.0
     for pool in pools:
-        prefill_one = prefill_flops(config, pool.bucket) / (priced.peak_flops * PREFILL_MFU)
+        prefill_one = prefill_flops(config, pool.bucket) / (priced.peak_flops * priced.prefill_mfu)
         mean_length = sum(lengths[i] for i in pool.items) / len(pool.items)
         mean_budget = sum(budgets[i] for i in pool.items) / len(pool.items)
         busy = min(pool.slots, len(pool.items))
         step = (weight_bytes + busy * per_column * (mean_length + mean_budget / 2)) / (
-            priced.bandwidth * DECODE_EFFICIENCY)
+            priced.bandwidth * priced.decode_efficiency)
         for i in pool.items:
             prompt_seconds[i] = prefill_one + budgets[i] * step / busy
             prefill += prefill_one
             decode += budgets[i] * step / busy
-    compile_s = len(pools) * (COMPILE_S_PER_POOL + (UNROLL_COMPILE_S if unrolled else 0.0))
+    compile_s = len(pools) * (priced.compile_s_per_pool + (UNROLL_COMPILE_S if unrolled else 0.0))
     return RunEstimate(prefill, decode, compile_s, prompt_seconds, rates, device_kind)
