@@ -80,3 +80,34 @@ def test_attention_out_and_lse_go_to_the_host():
     got = jax.grad(offloading, argnums=(0, 1, 2, 3))(*args)
     for a, b in zip(got, ref):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+
+def _tiny_split(remat, offloaded):
+    cfg = ModelConfig(vocab_size=128, hidden_size=D, intermediate_size=64, num_layers=LAYERS, num_heads=4,
+                      num_kv_heads=2, head_dim=8, family="llama", initializer_range=0.2, pad_token_id=0,
+                      remat=remat, offloaded_layers=offloaded)
+    return build_model(cfg, rngs=nnx.Rngs(3))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("remat", ["offload_layer_inputs", "offload_layer_inputs_and_attention"])
+def test_offloaded_layers_puts_only_the_first_layers_inputs_on_the_host(remat):
+    """ModelConfig.offloaded_layers = 1 of 3: the first layer's input is saved on the host, the other two on the
+    device (the policy's on-device twin), and loss and gradients equal ``full``; 0 and 3 are the two ends."""
+    def stacks(model):
+        jaxpr = str(jax.make_jaxpr(nnx.value_and_grad(_loss))(model))
+        return {m.group(0) for m in re.finditer(rf"f32(<host>)?\[\d,{B},{T},{D}\]", jaxpr)}
+
+    assert stacks(_tiny_split(remat, 1)) == {f"f32<host>[1,{B},{T},{D}]", f"f32[2,{B},{T},{D}]"}
+    assert stacks(_tiny_split(remat, 0)) == {f"f32[{LAYERS},{B},{T},{D}]"}
+    assert stacks(_tiny_split(remat, LAYERS)) == {f"f32<host>[{LAYERS},{B},{T},{D}]"}
+    ref_loss, ref_grads = jax.jit(nnx.value_and_grad(_loss))(_tiny("full"))
+    loss, grads = jax.jit(nnx.value_and_grad(_loss))(_tiny_split(remat, 1))
+    np.testing.assert_allclose(np.asarray(loss), np.asarray(ref_loss), rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-8)
+
+
+def test_offloaded_layers_is_checked():
+    with pytest.raises(ValueError, match=r"offloaded_layers must be in \[0, num_layers=3\]"):
+        _tiny_split("offload_layer_inputs", 4)

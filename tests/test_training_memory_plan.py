@@ -88,6 +88,7 @@ def test_offload_beyond_the_host_budget_is_refused_naming_the_host():
     assert msg.startswith("the train step does not fit the host's pinned memory: predicted 72.00 GiB per device of "
                           "offloaded activations, budget 64.00 GiB (host_memory_budget_gib"), msg
     assert "pinned host 72.00 GiB" in msg
+    assert "reduce it with: model.offloaded_layers=N below the model's layers" in msg  # the host is what is short
 
 
 def test_program_memory_reads_host_bytes():
@@ -106,8 +107,8 @@ def test_offload_policy_trains_through_the_cli_path(tmp_path):
     """The trainer compiles, plans and runs a step with an offloading policy (CPU: host placement is compiled
     away, so the plan reports no pinned bytes; the plumbing is what runs)."""
     cfg = load_config(None, TINY + [f"output_dir={tmp_path}", "model.remat=offload_layer_inputs",
-                                    "host_memory_budget_gib=1"])
-    assert loop.run(cfg).final_step == 2
+                                    "host_memory_budget_gib=1", "model.offloaded_layers=1"])
+    assert loop.run(cfg).final_step == 2  # the first layer offloads, the other on the device
     plan = json.loads((tmp_path / "memory_plan.json").read_text())
     assert plan["remat"] == "offload_layer_inputs" and plan["predicted_host_gib"] == 0.0
 

@@ -75,6 +75,11 @@ class ModelConfig:
     # the backward on its own (models.layers.tiled_mlp): bounds the [tokens, intermediate_size] buffers of
     # long rows. Exact; costs one more MLP forward per layer in the backward under remat "none".
     mlp_chunk_tokens: int = 0
+    # Under an offloading remat policy (offload_layer_inputs*): how many layers, the first ones, save to pinned
+    # host memory; the others keep what they save on the device (``full`` / ``save_attention_out``). None: all.
+    # For steps whose offloaded activations outgrow the host while the device has room (a 2 x 256K LoRA pair on
+    # one H200: 128 GiB of layer inputs, 128 GiB of host RAM). Ignored by the other policies.
+    offloaded_layers: int | None = None
     scan_layers: bool = True
     # Cached calls other than a prefill (decode steps, suffix chunks) unroll the layer loop when set: each layer's
     # weights are then static slices that XLA's Triton matmuls read in place, where under ``scan`` XLA (GPU)
@@ -114,6 +119,9 @@ class ModelConfig:
                              f"{list(DECODE_ATTENTION_IMPLS)}")
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"unknown remat policy {self.remat!r}; supported: {list(REMAT_POLICIES)}")
+        if self.offloaded_layers is not None and not 0 <= self.offloaded_layers <= self.num_layers:
+            raise ValueError(f"offloaded_layers must be in [0, num_layers={self.num_layers}] (or None: all), "
+                             f"got {self.offloaded_layers}")
         if self.mlp_chunk_tokens < 0:
             raise ValueError(f"mlp_chunk_tokens must be >= 0 (0: untiled), got {self.mlp_chunk_tokens}")
         if self.num_heads % self.num_kv_heads:

@@ -30,8 +30,8 @@ from longrm_jax.models.cache import KVCache
 from longrm_jax.models.config import ModelConfig
 from jax.ad_checkpoint import checkpoint_name
 
-from longrm_jax.models.layers import (LAYER_INPUT_NAME, constrain, kernel_mask, layer_forward, remat_policy,
-                                      rms_norm, stacked_cache_attention)
+from longrm_jax.models.layers import (LAYER_INPUT_NAME, constrain, device_twin, kernel_mask, layer_forward,
+                                      remat_policy, rms_norm, stacked_cache_attention)
 from longrm_jax.models.rope import rope_cos_sin, rope_parameters
 from longrm_jax.ops import attention
 from longrm_jax.parallel.mesh import logical_to_spec
@@ -182,9 +182,25 @@ class Decoder(nnx.Module):
 
     def _run_layers(self, body, carry, stacked, *, unroll: bool = False):
         """carry = body(carry, layer_params, layer_index) over all layers (scanned, or unrolled when
-        ``unroll`` or ``cfg.scan_layers`` is off; unrolled, the layer index is a Python int)."""
+        ``unroll`` or ``cfg.scan_layers`` is off; unrolled, the layer index is a Python int).
+
+        ``cfg.offloaded_layers`` = K under an offloading policy: layers [0, K) run with it and [K, L) with its
+        on-device twin (models.layers.device_twin), as two scans (a scan stacks every layer's saved tensors in
+        one memory space)."""
         cfg = self.config
-        use_remat, policy = remat_policy(cfg.remat)
+        split = cfg.offloaded_layers
+        # Only the differentiated (training) path saves anything; cached calls keep one scan.
+        if (split is None or not isinstance(carry, jax.Array) or device_twin(cfg.remat) == cfg.remat
+                or split == cfg.num_layers):
+            return self._run_layer_range(body, carry, stacked, 0, cfg.num_layers, cfg.remat, unroll)
+        if split:
+            carry = self._run_layer_range(body, carry, stacked, 0, split, cfg.remat, unroll)
+        return self._run_layer_range(body, carry, stacked, split, cfg.num_layers, device_twin(cfg.remat), unroll)
+
+    def _run_layer_range(self, body, carry, stacked, start: int, stop: int, remat: str, unroll: bool):
+        """Layers [start, stop) of ``stacked`` (all layers' weights) under the remat policy ``remat``."""
+        cfg = self.config
+        use_remat, policy = remat_policy(remat)
         if use_remat and isinstance(carry, jax.Array):
             # The layer input, named on entry so every use inside the layer (its norm and the residual add)
             # reads the named value: an offloading policy then saves that (host) copy as the scan's per-layer
@@ -197,14 +213,22 @@ class Decoder(nnx.Module):
         if use_remat:
             body = jax.checkpoint(body, policy=policy, static_argnums=(2,) if unroll or not cfg.scan_layers else ())
         if unroll or not cfg.scan_layers:
-            for i in range(cfg.num_layers):
+            for i in range(start, stop):
                 carry = body(carry, jax.tree.map(lambda a, i=i: a[i], stacked), i)
             return carry
+        if (start, stop) == (0, cfg.num_layers):
+            def scan_body(c, xs):
+                return body(c, *xs), None
 
-        def scan_body(c, xs):
-            return body(c, *xs), None
+            carry, _ = jax.lax.scan(scan_body, carry, (stacked, jnp.arange(stop, dtype=jnp.int32)))
+            return carry
 
-        carry, _ = jax.lax.scan(scan_body, carry, (stacked, jnp.arange(cfg.num_layers, dtype=jnp.int32)))
+        # Part of the stack: each step indexes the whole stacked weights (a static slice of them would be a copy).
+        def range_body(c, i):
+            return body(c, jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, keepdims=False), stacked),
+                        i), None
+
+        carry, _ = jax.lax.scan(range_body, carry, jnp.arange(start, stop, dtype=jnp.int32))
         return carry
 
     def fuse_projections(self) -> None:

@@ -298,6 +298,12 @@ offload_layer_inputs_policy = offload_policy(LAYER_INPUT_NAME)
 # but on the host): no attention forward in the backward, twice the host memory and PCIe traffic.
 offload_layer_inputs_and_attention_policy = offload_policy(LAYER_INPUT_NAME, ATTENTION_OUT_NAME, ATTENTION_LSE_NAME)
 
+def device_twin(name: str) -> str:
+    """The on-device policy that saves what the offloading policy ``name`` offloads (ModelConfig.offloaded_layers:
+    the layers past the offloaded ones); other policies are their own twin."""
+    return {"offload_layer_inputs": "full", "offload_layer_inputs_and_attention": "save_attention_out"}.get(name, name)
+
+
 def remat_policy(name: str):
     """(apply_checkpoint, policy) for ``ModelConfig.remat``."""
     if name == "none":

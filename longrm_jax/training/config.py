@@ -38,6 +38,11 @@ class ModelSection:
     # Sequence-tiled MLP: each layer's MLP on chunks of at most this many tokens (0: whole rows; ModelConfig.
     # mlp_chunk_tokens). With remat auto the plan turns it on (AUTO_MLP_CHUNK_TOKENS) where untiled nothing fits.
     mlp_chunk_tokens: int = 0
+    # Under an offloading remat policy: how many layers (the first ones) save to pinned host memory; the rest keep
+    # theirs on the device (ModelConfig.offloaded_layers). null: all. For a step whose offloaded activations
+    # outgrow the host while the device has room. With a frozen base (LoRA) it costs nothing more; with full
+    # parameters the two layer ranges each accumulate a gradient-sized buffer (the plan's compile counts it).
+    offloaded_layers: int | None = None
 
 
 @dataclass
@@ -301,6 +306,8 @@ class TrainConfig:
             ("optim.grad_clip", o.grad_clip, o.grad_clip >= 0, ">= 0 (0: no clipping)"),
             ("model.mlp_chunk_tokens", self.model.mlp_chunk_tokens, self.model.mlp_chunk_tokens >= 0,
              ">= 0 (0: untiled)"),
+            ("model.offloaded_layers", self.model.offloaded_layers,
+             self.model.offloaded_layers is None or self.model.offloaded_layers >= 0, ">= 0 (or null: all layers)"),
             ("lora.rank", self.lora.rank, self.lora.rank >= 0, ">= 0 (0: full fine-tuning)"),
             ("lora.base_dtype", self.lora.base_dtype, self.lora.base_dtype in (None, "float32", "bfloat16"),
              "float32, bfloat16 or null (model.param_dtype)"),

@@ -257,6 +257,9 @@ def too_big_message(programs: list[ProgramMemory], budget: int | None, remat: st
         what = (f"the host's pinned memory: predicted {predicted_host(programs) / GiB:.2f} GiB per device of "
                 f"offloaded activations, budget {host / GiB:.2f} GiB (host_memory_budget_gib; default "
                 f"{HOST_RAM_SHARE:.0%} of RAM over the local devices)")
+        # Only an offloading policy uses pinned memory; the host is what is short: keep some layers on the device.
+        hints = ("model.offloaded_layers=N below the model's layers (only the first N layers save to the host; "
+                 "the rest on the device, where it has room)",) + tuple(hints)
     basis = "the XLA compiler refused the program" if refused else "compiled program analysis"
     lines = [f"the train step does not fit {what} (model.remat={remat}; {basis}):"]
     lines += [f"  {p.describe()}" for p in programs]

@@ -59,7 +59,8 @@ def with_training_numerics(mcfg: ModelConfig, cfg: TrainConfig) -> ModelConfig:
     # remat "auto" is resolved by training.memory_plan before the model is built; "full" stands in until then.
     remat = "full" if cfg.model.remat == "auto" else cfg.model.remat
     return mcfg.replace(head=cfg.head, dtype=cfg.model.compute_dtype, param_dtype=cfg.base_weights_dtype,
-                        remat=remat, mlp_chunk_tokens=cfg.model.mlp_chunk_tokens)
+                        remat=remat, mlp_chunk_tokens=cfg.model.mlp_chunk_tokens,
+                        offloaded_layers=cfg.model.offloaded_layers)
 
 
 def init_random(mcfg: ModelConfig, mesh, seed: int, rules=None) -> tuple[ParamCodec, dict]:
