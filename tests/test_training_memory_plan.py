@@ -91,6 +91,68 @@ def test_offload_beyond_the_host_budget_is_refused_naming_the_host():
     assert "reduce it with: model.offloaded_layers=N below the model's layers" in msg  # the host is what is short
 
 
+def test_partial_offload_candidate_keeps_the_host_within_budget_and_the_rest_on_the_device():
+    """auto's last resort (memory_plan.partial_offload_candidate): the LoRA 2 x 256K step on an H200 with every
+    layer offloaded (compiled: 55.6 GiB on the device, 128 GiB pinned) against a 96 GiB host budget: the first
+    24 of 32 layers offload (96 GiB), the other 8 (32 GiB) go to the device (87.6 <= 133 GiB)."""
+    from longrm_jax.training.memory_plan import GiB, ProgramMemory, partial_offload_candidate, split_offloaded
+
+    programs = [ProgramMemory("gradients", 0, 0, 0, 0, int(55.6 * GiB), int(128 * GiB))]
+    args = ("offload_layer_inputs+tiled_mlp", programs, 32)
+    assert partial_offload_candidate(*args, int(133 * GiB), int(96 * GiB), 0) == "offload_layer_inputs+tiled_mlp@24"
+    assert split_offloaded("offload_layer_inputs+tiled_mlp@24") == ("offload_layer_inputs+tiled_mlp", 24)
+    # 32 GiB of moments kept on the host (optim.offload_state) stay there: 96 GiB of activations, 3 per layer.
+    assert partial_offload_candidate(*args, int(133 * GiB), int(96 * GiB), 32 * GiB).endswith("@21")  # 64 / 3
+    # No candidate where the device has no room for the rest, where the host was not what was short, or for an
+    # on-device policy.
+    assert partial_offload_candidate(*args, int(75 * GiB), int(96 * GiB), 0) is None
+    assert partial_offload_candidate(*args, int(133 * GiB), int(200 * GiB), 0) is None
+    assert partial_offload_candidate("full", programs, 32, int(133 * GiB), int(96 * GiB), 0) is None
+
+
+def test_auto_falls_back_to_partial_offload_through_the_cli_path(tmp_path):
+    """remat auto with a device budget that only offloading meets and a host budget below what offloading
+    every layer needs: the plan tries ``candidate@N`` and trains with model.offloaded_layers = N. (The CPU
+    compiles host placement away, so the figures are the plan's own: memory_plan.predicted_host is patched to
+    report pinned bytes per offloaded layer.)"""
+    import contextlib
+    import unittest.mock as mock
+
+    from longrm_jax.training import memory_plan
+
+    per_layer = 64 << 20
+    real_host = memory_plan.predicted_host
+
+    def fake_host(programs):  # 4 layers x 64 MiB when all offload; the trainer's compile says how many did
+        return real_host(programs) or getattr(fake_host, "layers", 4) * per_layer
+
+    cfg = load_config(None, TINY + [f"output_dir={tmp_path}", "model.remat=auto", "memory_budget_gib=100",
+                                    "host_memory_budget_gib=0.15"])
+    # Every candidate that saves on the device is made too big, so auto reaches the offloading ones.
+    real_peak = memory_plan.predicted_peak
+
+    def fake_peak(programs):
+        return real_peak(programs) + (200 << 30) * getattr(fake_peak, "on_device", 0)
+
+    real_codec_for = __import__("longrm_jax.training.model_setup", fromlist=["codec_for"]).codec_for
+
+    def codec_for(mcfg, *a, **k):  # what each compiled candidate is, for the fakes above
+        offloading = mcfg.remat.startswith("offload_")
+        fake_peak.on_device = 0 if offloading else 1
+        fake_host.layers = (mcfg.offloaded_layers if mcfg.offloaded_layers is not None else 4) if offloading else 0
+        return real_codec_for(mcfg, *a, **k)
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(memory_plan, "predicted_host", fake_host))
+        stack.enter_context(mock.patch.object(memory_plan, "predicted_peak", fake_peak))
+        stack.enter_context(mock.patch("longrm_jax.training.model_setup.codec_for", codec_for))
+        assert loop.run(cfg).final_step == 2
+    plan = json.loads((tmp_path / "memory_plan.json").read_text())
+    assert plan["remat"] == "offload_layer_inputs" and plan["offloaded_layers"] == 2, plan
+    assert plan["tried"][-1].startswith("offload_layer_inputs+tiled_mlp@2 "), plan["tried"]
+    assert "offloaded_layers: 2" in (tmp_path / "config.yaml").read_text()
+
+
 def test_program_memory_reads_host_bytes():
     from types import SimpleNamespace
 

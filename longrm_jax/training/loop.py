@@ -272,9 +272,11 @@ def _plan_step(cfg: TrainConfig, inputs: _RunInputs, tx, schedule, state_key):
     plan = plan_train_step(cfg, model_config(cfg, inputs.tokenizer), tx, schedule, first_spec, inputs.mesh,
                            state_key)
     _log(plan.summary() + (f" (auto: tried {', '.join(plan.tried)})" if cfg.model.remat == "auto" else ""))
-    if (cfg.model.remat, cfg.model.mlp_chunk_tokens) != (plan.remat, plan.mlp_chunk_tokens):
+    chosen = (plan.remat, plan.mlp_chunk_tokens, plan.offloaded_layers)
+    if (cfg.model.remat, cfg.model.mlp_chunk_tokens, cfg.model.offloaded_layers) != chosen:
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, remat=plan.remat,
-                                                                 mlp_chunk_tokens=plan.mlp_chunk_tokens))
+                                                                 mlp_chunk_tokens=plan.mlp_chunk_tokens,
+                                                                 offloaded_layers=plan.offloaded_layers))
     return cfg, plan, first_spec
 
 

@@ -57,9 +57,21 @@ GPU_HEADROOM = 4 * 2**30
 AUTO_MLP_CHUNK_TOKENS = 8192
 
 
+# "<candidate>@N": the candidate with model.offloaded_layers = N (only the first N layers offload). auto adds one
+# when every candidate it tried fits the device but not the host budget (:func:`partial_offload_candidate`).
+OFFLOADED_AT = "@"
+
+
+def split_offloaded(candidate: str) -> tuple[str, int | None]:
+    """(candidate without ``@N``, N or None)."""
+    name, at, layers = candidate.partition(OFFLOADED_AT)
+    return name, int(layers) if at else None
+
+
 def parse_candidate(candidate: str, mlp_chunk_tokens: int) -> tuple[str, int]:
     """(remat policy, mlp_chunk_tokens) of an auto candidate; ``mlp_chunk_tokens``: the configured value (a
     configured tiling applies to every candidate)."""
+    candidate = split_offloaded(candidate)[0]
     if candidate.endswith(TILED_MLP):
         return candidate[: -len(TILED_MLP)], mlp_chunk_tokens or AUTO_MLP_CHUNK_TOKENS
     return candidate, mlp_chunk_tokens
@@ -69,7 +81,12 @@ HOST_RAM_SHARE = 0.75
 
 
 class MemoryPlanError(RuntimeError):
-    """The compiled train step needs more device memory than there is."""
+    """The compiled train step needs more device memory than there is. ``tried``: the candidates' one-line
+    results; ``last``: (candidate, its programs) of the last one compiled (None: refused before compiling)."""
+
+    def __init__(self, message: str, tried: list | None = None, last: tuple | None = None):
+        super().__init__(message)
+        self.tried, self.last = tried or [], last
 
 
 @dataclass(frozen=True)
@@ -281,7 +298,7 @@ def choose(compile_for, candidates, budget: int | None, host: int | None = None,
         if not programs or fits(programs, budget, host):
             return remat, compiled, programs, tried
     label = "auto, tried " + ", ".join(tried) if len(candidates) > 1 else candidates[0]
-    raise MemoryPlanError(too_big_message(programs, budget, label, host, hints))
+    raise MemoryPlanError(too_big_message(programs, budget, label, host, hints), tried, (remat, programs))
 
 
 @dataclass(frozen=True)
@@ -360,6 +377,7 @@ class StepPlan:
     mlp_chunk_tokens: int = 0
     device_kind: str = ""  # of the mesh the step was compiled for
     bound: LowerBound | None = None  # what the plan knew before compiling
+    offloaded_layers: int | None = None  # model.offloaded_layers of the chosen step (None: every layer)
 
     def write(self, path: str) -> None:
         """The plan as JSON (``<output_dir>/memory_plan.json``): chosen remat, candidates tried, per program."""
@@ -367,7 +385,8 @@ class StepPlan:
 
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"device": self.device_kind or jax.devices()[0].device_kind, "remat": self.remat,
-                       "mlp_chunk_tokens": self.mlp_chunk_tokens, "tried": self.tried,
+                       "mlp_chunk_tokens": self.mlp_chunk_tokens, "offloaded_layers": self.offloaded_layers,
+                       "tried": self.tried,
                        "predicted_peak_gib": predicted_peak(self.programs) / GiB,
                        "predicted_host_gib": predicted_host(self.programs) / GiB,
                        "programs": [dict(vars(p), peak=p.peak) for p in self.programs]}, f, indent=1)
@@ -378,6 +397,8 @@ class StepPlan:
         host = (f"; pinned host memory {pinned / GiB:.1f} GiB per device (offloaded activations, optimizer state)"
                 if pinned else "")
         tiled = f", model.mlp_chunk_tokens={self.mlp_chunk_tokens}" if self.mlp_chunk_tokens else ""
+        if self.offloaded_layers is not None and self.remat.startswith("offload_"):
+            tiled += f", model.offloaded_layers={self.offloaded_layers}"
         return f"model.remat={self.remat}{tiled}; predicted device memory (GiB): {mem or 'not reported'}{host}"
 
 
@@ -404,7 +425,9 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
 
     def compile_for(candidate):
         remat, chunk = parse_candidate(candidate, mcfg.mlp_chunk_tokens)
-        codec = codec_for(mcfg.replace(remat=remat, mlp_chunk_tokens=chunk))
+        offloaded = split_offloaded(candidate)[1]
+        codec = codec_for(mcfg.replace(remat=remat, mlp_chunk_tokens=chunk,
+                                       offloaded_layers=mcfg.offloaded_layers if offloaded is None else offloaded))
         state, sh = abstract_state(cfg, codec, tx, mesh, key)
         step = jit_train_step(make_train_step(cfg, codec, tx, spec, schedule), sh,
                               batch_shardings(mesh, slotted=spec.slotted))
@@ -432,6 +455,44 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
     state, _ = abstract_state(cfg, codec_for(mcfg), tx, mesh, key)
     bound = lower_bound(state, batch, mcfg, cfg.model.remat, cfg.grad_accum, mesh.size)
     refuse_early(bound, budget, cfg.model.remat, hints)
-    chosen, compiled, programs, tried = choose(compile_for, candidates, budget, host, hints)
+    try:
+        chosen, compiled, programs, tried = choose(compile_for, candidates, budget, host, hints)
+    except MemoryPlanError as err:
+        retry = None
+        if cfg.model.remat == "auto" and err.last is not None:
+            retry = partial_offload_candidate(*err.last, mcfg.num_layers, budget, host,
+                                              bytes_per_device(state, memory="host"))
+        if retry is None:
+            raise
+        log.info("auto: every policy fits the device but not the host budget; trying %s", retry)
+        try:
+            chosen, compiled, programs, more = choose(compile_for, (retry,), budget, host, hints)
+        except MemoryPlanError as again:
+            raise MemoryPlanError(f"{err}\nauto then tried {retry}: {again}", err.tried + again.tried) from None
+        tried = err.tried + more
     remat, chunk = parse_candidate(chosen, mcfg.mlp_chunk_tokens)
-    return StepPlan(remat, compiled, programs, tried, chunk, mesh.devices.flat[0].device_kind, bound)
+    offloaded = split_offloaded(chosen)[1]
+    return StepPlan(remat, compiled, programs, tried, chunk, mesh.devices.flat[0].device_kind, bound,
+                    mcfg.offloaded_layers if offloaded is None else offloaded)
+
+
+def partial_offload_candidate(candidate: str, programs: list, num_layers: int, budget: int | None,
+                              host: int | None, state_host: int) -> str | None:
+    """``candidate@N`` with the most offloaded layers N whose pinned activations fit ``host``, when
+    ``candidate`` (an offloading policy, every layer offloaded) fit the device but not the host and the
+    device has room for the other layers' share; None otherwise. The offloaded activations are taken as equal
+    per layer (one saved input per layer, and attention outputs under ``..._and_attention``);
+    ``state_host``: the optimizer moments kept on the host (optim.offload_state), which do not move."""
+    if host is None or not programs or any(p.refused for p in programs) or not candidate.startswith("offload_"):
+        return None
+    if split_offloaded(candidate)[1] is not None:
+        return None
+    peak, pinned = predicted_peak(programs), predicted_host(programs)
+    activations = pinned - state_host
+    if (budget is not None and peak > budget) or pinned <= host or activations <= 0:
+        return None
+    per_layer = activations / num_layers
+    layers = int((host - state_host) // per_layer)
+    if layers <= 0 or (budget is not None and peak + (num_layers - layers) * per_layer > budget):
+        return None
+    return f"{candidate}{OFFLOADED_AT}{layers}"
