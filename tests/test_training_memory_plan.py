@@ -110,6 +110,7 @@ def test_partial_offload_candidate_keeps_the_host_within_budget_and_the_rest_on_
     assert partial_offload_candidate("full", programs, 32, int(133 * GiB), int(96 * GiB), 0) is None
 
 
+@pytest.mark.slow
 def test_auto_falls_back_to_partial_offload_through_the_cli_path(tmp_path):
     """remat auto with a device budget that only offloading meets and a host budget below what offloading
     every layer needs: the plan tries ``candidate@N`` and trains with model.offloaded_layers = N. (The CPU
