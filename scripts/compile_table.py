@@ -101,6 +101,13 @@ def rows() -> list[dict]:
                             label=f"Qwen3-8B SimPO, full parameters (bf16, AdamW state on the host), 2 x {k}K",
                             sets=[*one_gpu, f"data.seq_len={pair}", "model.preset=qwen3_8b",
                                   "model.param_dtype=bfloat16", "optim.offload_state=true"]))
+    # The LoRA 2 x 256K pair within a 96 GiB host budget: only the first 24 of 32 layers offload
+    # (model.offloaded_layers), the other 8 layers' inputs stay on the H200.
+    out.append(dict(id="bt_lora_pair_256K_offloaded24@h200x1", group="gpu-one",
+                    config="configs/llama31_8b_disrm_bt.yaml", topology="h200x1", length="2 x 256K",
+                    label="Llama-3.1-8B BT LoRA r=8 (bf16 base), 2 x 256K, 24 of 32 layers offloaded",
+                    sets=[*one_gpu, "data.seq_len=262144", "model.offloaded_layers=24",
+                          "host_memory_budget_gib=96"]))
     return out
 
 
@@ -119,7 +126,7 @@ def parse(stdout: str, stderr: str, rc: int) -> dict:
         r.update(peak_gib=float(m.group(1)), hbm_gib=float(m.group(2)), fits=True)
     if m := re.search(r"predicted (at least )?([\d.]+) GiB per device.*?, available ([\d.]+) GiB", stdout + stderr):
         r.update(peak_gib=float(m.group(2)), hbm_gib=float(m.group(3)), fits=False, lower_bound=bool(m.group(1)))
-    if m := re.search(r"^model\.remat=(\S+)", stdout, re.M):
+    if m := re.search(r"^model\.remat=([^\s,]+)", stdout, re.M):
         r["remat"] = m.group(1)
     if m := re.search(r"step time at (\d+)% MFU: ([\d.e+-]+) s", stdout):
         r.update(mfu_pct=int(m.group(1)), step_s=float(m.group(2)))
