@@ -201,6 +201,16 @@ class Decoder(nnx.Module):
         """Layers [start, stop) of ``stacked`` (all layers' weights) under the remat policy ``remat``."""
         cfg = self.config
         use_remat, policy = remat_policy(remat)
+        whole = (start, stop) == (0, cfg.num_layers) or unroll or not cfg.scan_layers
+        if not whole:
+            # Part of the stack, scanned over layer indices: each layer indexes the whole stacked weights inside
+            # the checkpointed body (a static slice of the stack would be a copy of the weights; an index taken
+            # outside the body would make each layer's weights a residual the scan stacks for the backward).
+            by_index = body
+
+            def body(x, _, i):
+                return by_index(x, jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, keepdims=False),
+                                                stacked), i)
         if use_remat and isinstance(carry, jax.Array):
             # The layer input, named on entry so every use inside the layer (its norm and the residual add)
             # reads the named value: an offloading policy then saves that (host) copy as the scan's per-layer
@@ -216,17 +226,15 @@ class Decoder(nnx.Module):
             for i in range(start, stop):
                 carry = body(carry, jax.tree.map(lambda a, i=i: a[i], stacked), i)
             return carry
-        if (start, stop) == (0, cfg.num_layers):
+        if whole:
             def scan_body(c, xs):
                 return body(c, *xs), None
 
             carry, _ = jax.lax.scan(scan_body, carry, (stacked, jnp.arange(stop, dtype=jnp.int32)))
             return carry
 
-        # Part of the stack: each step indexes the whole stacked weights (a static slice of them would be a copy).
         def range_body(c, i):
-            return body(c, jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, keepdims=False), stacked),
-                        i), None
+            return body(c, None, i), None
 
         carry, _ = jax.lax.scan(range_body, carry, jnp.arange(start, stop, dtype=jnp.int32))
         return carry
