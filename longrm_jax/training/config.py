@@ -41,7 +41,7 @@ class ModelSection:
     # Under an offloading remat policy: how many layers (the first ones) save to pinned host memory; the rest keep
     # theirs on the device (ModelConfig.offloaded_layers). null: all. For a step whose offloaded activations
     # outgrow the host while the device has room. With a frozen base (LoRA) it costs nothing more; with full
-    # parameters the two layer ranges each accumulate a gradient-sized buffer (the plan's compile counts it).
+    # parameters the partial layer range accumulates one more gradient-sized buffer (the plan's compile counts it).
     # remat auto sets it when every layer offloaded fits the device but not the host budget (training.memory_plan).
     offloaded_layers: int | None = None
 
