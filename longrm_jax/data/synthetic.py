@@ -255,19 +255,25 @@ def write_training_files(out_dir: str, num_train: int = 2000, num_eval: int = 20
 
 def judgement_text(document_value: str, shown_values: Sequence[str]) -> str:
     """A pairwise judgement that reasons in short steps before the verdict `[[A]]`/`[[B]]` (upstream's format,
-    parsed by `evaluation.prompts`): each answer's password, then the document's, then the answer that agrees.
+    parsed by `evaluation.prompts`): the document's password first, then each answer's password with whether it
+    is the document's, then the verdict:
+    `The document says quartz. Assistant A says quartz as the document. Assistant B says orchid, not the
+    document. [[A]]`.
 
-    Each step is one a small model learns fast: an answer's password is a copy from its fixed place at the
-    prompt's end; the document's is the password the prompt states most often (the document and the right answer
-    state it, the wrong answer another); the verdict is the letter written before the answer password equal to
-    the one just quoted (an induction step over the judgement's own words). Given the true value it is the right
-    judgement; given the other answer's value (SimPO's rejected), a wrong one consistent with itself.
+    Each step is one a small model learns fast: the document's password is the needle look-up that a needle-QA
+    pretrained model already does; an answer's password is a copy from its fixed place in the prompt; the token
+    right after it (` as` or `,`) says whether that password is the one quoted a few tokens before (a comparison
+    of two nearby tokens, not a look-up); the verdict is the letter of the clause that says ` as`. Given the true
+    value it is the right judgement; given the other answer's value (SimPO's rejected), a wrong one consistent
+    with itself.
     """
-    steps = [f"Assistant {position_letter(i)} says {value}." for i, value in enumerate(shown_values)]
     verdicts = [position_letter(i) for i, value in enumerate(shown_values) if value == document_value]
     if len(verdicts) != 1:
         raise ValueError(f"judgement_text: exactly one answer must state {document_value!r}, got {shown_values}")
-    return " ".join(steps) + f" The document says {document_value}. [[{verdicts[0]}]]"
+    steps = [f"Assistant {position_letter(i)} says {value}"
+             + (" as the document." if value == document_value else ", not the document.")
+             for i, value in enumerate(shown_values)]
+    return f"The document says {document_value}. " + " ".join(steps) + f" [[{verdicts[0]}]]"
 
 
 def _answer_value(answer: str) -> str:
@@ -306,6 +312,31 @@ def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int =
     return out
 
 
+def verify_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int = 0,
+                count_tokens: Callable[[str], int] | None = None) -> list[dict]:
+    """`n` needle *verification* SFT rows: the question names a candidate password ("Is the password of the blue
+    door falcon?"), half of them the document's, and the answer starts with the decision, then states the
+    document's password (`No, the password of the blue door is quartz.`). Pretraining rows for the tiny judges:
+    they teach the comparison "is this password the document's?" that every judgement needs, outside the judge
+    prompt (no answer letters, no verdicts)."""
+    count_tokens = count_tokens or default_token_counter()
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        target = lengths[i % len(lengths)]
+        s = make_needle_sample(rng, target, 1, num_distractors, count_tokens)
+        key, value = s.keys[0], s.values[0]
+        right = rng.randrange(2) == 1
+        candidate = value if right else wrong_values(rng, value, 1)[0]
+        user = f"Document:\n{s.context}\n\nQuestion: Is the password of the {key[0]} {key[1]} {candidate}?"
+        golden = f"{'Yes' if right else 'No'}, the password of the {key[0]} {key[1]} is {value}."
+        rows.append({"chat_template": [{"role": "system", "content": SYSTEM_PROMPT},
+                                       {"role": "user", "content": user}],
+                     "golden": golden, "candidate_is_right": right, "ctx_length": length_label(target),
+                     "depth": round(s.depths[0], 4)})
+    return rows
+
+
 def write_judge_files(out_dir: str, num_train: int = 2000, num_eval: int = 200, seed: int = 0,
                       lengths: Sequence[int] = DEFAULT_LENGTHS, num_distractors: int = 0,
                       count_tokens: Callable[[str], int] | None = None) -> dict[str, str]:
@@ -325,6 +356,9 @@ def write_judge_files(out_dir: str, num_train: int = 2000, num_eval: int = 200, 
                              (f"disrm_{split}", "disrm")):
             paths[name] = os.path.join(out_dir, f"{name}.jsonl")
             _write_jsonl(paths[name], [item[column] for item in rows])
+        paths[f"verify_sft_{split}"] = os.path.join(out_dir, f"verify_sft_{split}.jsonl")
+        _write_jsonl(paths[f"verify_sft_{split}"], verify_rows(n, f"verify-{split}:{seed}", lengths, num_distractors,
+                                                               count_tokens))
     return paths
 
 
