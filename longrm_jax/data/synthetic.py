@@ -253,26 +253,32 @@ def write_training_files(out_dir: str, num_train: int = 2000, num_eval: int = 20
     return paths
 
 
-def judgement_text(document_value: str, shown_values: Sequence[str]) -> str:
+def judgement_text(document_value: str, shown_answers: Sequence[str]) -> str:
     """A pairwise judgement that reasons in short steps before the verdict `[[A]]`/`[[B]]` (upstream's format,
-    parsed by `evaluation.prompts`): the document's password first, then each answer's password with whether it
-    is the document's, then the verdict:
-    `The document says quartz. Assistant A says quartz as the document. Assistant B says orchid, not the
-    document. [[A]]`.
+    parsed by `evaluation.prompts`): the document's password first, then each answer restated in the needle
+    sentence with whether its password is the document's, then the verdict:
+    `The document says quartz. Assistant A: the password of the blue door is quartz as the document. Assistant B:
+    the password of the blue door is orchid, not the document. [[A]]`.
 
-    Each step is one a small model learns fast: the document's password is the needle look-up that a needle-QA
-    pretrained model already does; an answer's password is a copy from its fixed place in the prompt; the token
-    right after it (` as` or `,`) says whether that password is the one quoted a few tokens before (a comparison
-    of two nearby tokens, not a look-up); the verdict is the letter of the clause that says ` as`. Given the true
-    value it is the right judgement; given the other answer's value (SimPO's rejected), a wrong one consistent
-    with itself.
+    `shown_answers` are the one-key answers in the order shown (`The password of the blue door is quartz.`). Each
+    step is one a small model learns fast: the document's password is the needle look-up of a needle-QA
+    pretrained model; the restated answer is a copy from its fixed place in the prompt; the token right after
+    its password (` as` or `,`) compares that password with the document's at the place where the needle LM
+    predicts the document's password (after `... is`), which is where a DisRM compares them too; the verdict is
+    the letter of the clause that says ` as`. (Without the restatement, `Assistant A says quartz as the
+    document.`, the comparison stayed at chance: docs/benchmarks.md "Tiny judge recipe, session 13".) Given the
+    true value it is the right judgement; given the other answer's value (SimPO's rejected), a wrong one
+    consistent with itself.
     """
-    verdicts = [position_letter(i) for i, value in enumerate(shown_values) if value == document_value]
+    values = [_answer_value(answer) for answer in shown_answers]
+    verdicts = [position_letter(i) for i, value in enumerate(values) if value == document_value]
     if len(verdicts) != 1:
-        raise ValueError(f"judgement_text: exactly one answer must state {document_value!r}, got {shown_values}")
-    steps = [f"Assistant {position_letter(i)} says {value}"
-             + (" as the document." if value == document_value else ", not the document.")
-             for i, value in enumerate(shown_values)]
+        raise ValueError(f"judgement_text: exactly one answer must state {document_value!r}, got {values}")
+    steps = []
+    for i, (answer, value) in enumerate(zip(shown_answers, values)):
+        sentence = answer.strip().rstrip(".")
+        steps.append(f"Assistant {position_letter(i)}: {sentence[:1].lower()}{sentence[1:]}"
+                     + (" as the document." if value == document_value else ", not the document."))
     return f"The document says {document_value}. " + " ".join(steps) + f" [[{verdicts[0]}]]"
 
 
@@ -299,9 +305,8 @@ def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int =
         chosen_at = rng.randrange(2)  # position of the better answer: A or B, half each
         shown = [row["chosen"], row["rejected"]] if chosen_at == 0 else [row["rejected"], row["chosen"]]
         messages = judge_messages(row["prompt_template"], shown, "pair")
-        values = [_answer_value(answer) for answer in shown]
-        good = judgement_text(_answer_value(row["chosen"]), values)
-        bad = judgement_text(_answer_value(row["rejected"]), values)
+        good = judgement_text(_answer_value(row["chosen"]), shown)
+        bad = judgement_text(_answer_value(row["rejected"]), shown)
         meta = {"ctx_length": row["ctx_length_for_length"], "depth": row["depth"][0]}
         out.append({
             "sft": {"chat_template": messages, "golden": good, "verdict": chosen_at, **meta},
