@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The LongRM recipe end to end at toy scale, on the CPU, through the project's own CLIs: synthetic data ->
-# GRM stage 1 (SFT on judgements) -> GRM stage 2 (SimPO, from stage 1) -> export -> Long-RewardBench evaluation
-# with --both-orders; then the DisRM (Bradley-Terry) beside it. Prints each step's wall time.
+# The LongRM recipe end to end at toy scale, on the CPU, through the project's own CLIs: synthetic data -> a tiny
+# needle-QA LM (the "pretrained" start) -> GRM stage 1 (SFT on judgements) -> GRM stage 2 (SimPO, from stage 1) ->
+# export -> Long-RewardBench evaluation with --both-orders; then the DisRM (Bradley-Terry, from the same LM) beside
+# it. Prints each step's wall time.
 # README "A judge from scratch". Run from the repository root: `bash scripts/tiny_judge.sh` (PYTHON=... to pick
 # the interpreter; arguments are ignored). Outputs: data/tiny_judge, runs/tiny_*, results/tiny_*.
 set -euo pipefail
@@ -18,13 +19,23 @@ step() {  # name, command...
 DATA=data/tiny_judge
 step data "$PY" -m longrm_jax.data.synthetic --out "$DATA" --judge --lengths 32,64,128 --num-train 8000 \
     --num-eval 64 --bench-per-task 20 --bench-bon-fraction 0
+# The tiny "pretrained" LM both reward models start from (needle QA SFT), and its HF export for the DisRM.
+step lm "$PY" -m longrm_jax.train --config configs/tiny_lm_needle.yaml
+step lm_export "$PY" -m longrm_jax.export --checkpoint runs/tiny_lm --out runs/tiny_lm_hf --overwrite
 step grm_sft "$PY" -m longrm_jax.train --config configs/tiny_grm_sft.yaml
 step grm_simpo "$PY" -m longrm_jax.train --config configs/tiny_grm_simpo.yaml
 step grm_export "$PY" -m longrm_jax.export --checkpoint runs/tiny_grm_simpo --out runs/tiny_grm_hf --overwrite
 step grm_eval "$PY" -m longrm_jax.evaluate --model-path runs/tiny_grm_hf --data-path "$DATA/long_rewardbench" \
-    --save-path results/tiny_grm --both-orders --dtype float32 --max-new-tokens 32
+    --save-path results/tiny_grm --both-orders --dtype float32 --max-new-tokens 64
 step disrm_bt "$PY" -m longrm_jax.train --config configs/tiny_disrm_bt.yaml
 step disrm_export "$PY" -m longrm_jax.export --checkpoint runs/tiny_disrm_bt --out runs/tiny_disrm_hf --overwrite
 step disrm_eval "$PY" -m longrm_jax.evaluate --model-path runs/tiny_disrm_hf --data-path "$DATA/long_rewardbench" \
     --save-path results/tiny_disrm --is-disrm --both-orders --dtype float32
+# The same DisRM scored where it was trained: upstream's evaluation renders each answer through the chat template,
+# which ends the turn `<|im_end|>\n`, while BT training (upstream's rule) ends the sequence at `<|im_end|>`, so the
+# default evaluation reads the score one token after the trained position. This template drops that newline
+# (docs/benchmarks.md "Tiny judge recipe, session 13": 77.9% default, 100% here, same model).
+step disrm_eval_trained_position "$PY" -m longrm_jax.evaluate --model-path runs/tiny_disrm_hf \
+    --data-path "$DATA/long_rewardbench" --save-path results/tiny_disrm_trained_position --is-disrm --both-orders \
+    --dtype float32 --chat-template configs/tiny_judge_disrm_eval.jinja
 echo "plots: results/tiny_grm/accuracy_by_length.png results/tiny_disrm/accuracy_by_length.png"

@@ -47,9 +47,14 @@ def test_judgements_parse_to_the_right_verdict(files):
         # the reasoning steps quote what the prompt states: each answer's password, then the document's
         values = [answer.rstrip(".").split()[-1] for answer in shown]
         letter, other = "AB"[sft["verdict"]], "AB"[1 - sft["verdict"]]
-        steps = f"Assistant A says {values[0]}. Assistant B says {values[1]}. The document says"
-        assert sft["golden"] == f"{steps} {values[sft['verdict']]}. [[{letter}]]"
-        assert wrong == f"{steps} {values[1 - sft['verdict']]}. [[{other}]]"
+        def steps(document_value):  # each answer restated in the needle sentence, then the comparison
+            return " ".join(f"Assistant {'AB'[i]}: t{answer[1:-1]}"
+                            + (" as the document." if value == document_value else ", not the document.")
+                            for i, (answer, value) in enumerate(zip(shown, values)))
+
+        right_value, wrong_value = values[sft["verdict"]], values[1 - sft["verdict"]]
+        assert sft["golden"] == f"The document says {right_value}. {steps(right_value)} [[{letter}]]"
+        assert wrong == f"The document says {wrong_value}. {steps(wrong_value)} [[{other}]]"
     verdicts = [r["verdict"] for r in _rows(files / "judge_sft_train.jsonl")]
     assert 0 < sum(verdicts) < len(verdicts)  # both positions occur
 
@@ -104,3 +109,19 @@ def test_judge_tokenizer_committed_and_reproducible(tmp_path):
     subprocess.run([sys.executable, script, "--judge", "--out", str(tmp_path)], check=True, capture_output=True)
     committed = os.path.join(TINY_JUDGE_TOKENIZER_DIR, "tokenizer.json")
     assert open(tmp_path / "tokenizer.json").read() == open(committed).read()
+
+
+def test_verification_rows_decide_from_the_document(files):
+    rows = _rows(files / "verify_sft_train.jsonl")
+    for row in rows:
+        system, user = row["chat_template"]
+        document, question = user["content"].split("\n\nQuestion: ")
+        key_and_candidate = question.removeprefix("Is the password of the ").removesuffix("?").split()
+        key, candidate = " ".join(key_and_candidate[:2]), key_and_candidate[2]
+        fact = f"The password of the {key} is {candidate}."
+        assert (fact in document) == row["candidate_is_right"]
+        decision = "Yes" if row["candidate_is_right"] else "No"
+        assert row["golden"].startswith(f"{decision}, the password of the {key} is ")
+        stated = row["golden"].removeprefix(f"{decision}, t")
+        assert f"T{stated}" in document  # then the document's own fact
+    assert 0 < sum(r["candidate_is_right"] for r in rows) < len(rows)

@@ -1,6 +1,7 @@
 """The tiny judge recipe of README "A judge from scratch", shortened to a few steps: the shipped configs chained
-through the CLIs as scripts/tiny_judge.sh chains them (GRM SFT -> SimPO from its checkpoint -> export -> evaluate
---both-orders; DisRM BT -> export -> evaluate --is-disrm --both-orders) on freshly generated synthetic files.
+through the CLIs as scripts/tiny_judge.sh chains them (needle LM; GRM SFT from it -> SimPO from its checkpoint ->
+export -> evaluate --both-orders; the LM's export -> DisRM BT from it -> export -> evaluate --is-disrm
+--both-orders) on freshly generated synthetic files.
 
 It checks that the recipe runs and that its pieces fit (paths, stage 2 from stage 1, judge tokenizer in the
 export, both orders judged, verdicts counted); a few steps teach nothing, so it does not check accuracy."""
@@ -34,7 +35,9 @@ def test_tiny_judge_recipe_runs_end_to_end(tmp_path):
                     "--bench-per-task", "2", "--bench-bon-fraction", "0"])
     bench = data / "long_rewardbench"
 
-    _train("tiny_grm_sft.yaml", tmp_path / "sft", data / "judge_sft_train.jsonl", data / "judge_eval.jsonl")
+    _train("tiny_lm_needle.yaml", tmp_path / "lm", data / "sft_train.jsonl", data / "eval.jsonl")
+    _train("tiny_grm_sft.yaml", tmp_path / "sft", data / "judge_sft_train.jsonl", data / "judge_eval.jsonl",
+           f"model.init={tmp_path / 'lm' / 'checkpoints'}")
     _train("tiny_grm_simpo.yaml", tmp_path / "simpo", data / "judge_train.jsonl", data / "judge_eval.jsonl",
            f"model.init={tmp_path / 'sft' / 'checkpoints'}")
     assert export.main(["--checkpoint", str(tmp_path / "simpo"), "--out", str(tmp_path / "grm_hf")]) == 0
@@ -46,7 +49,9 @@ def test_tiny_judge_recipe_runs_end_to_end(tmp_path):
     assert results["both_orders"]["samples"] == 2
     assert "unparsable_verdicts" in json.dumps(results)
 
-    _train("tiny_disrm_bt.yaml", tmp_path / "bt", data / "disrm_train.jsonl", data / "disrm_eval.jsonl")
+    assert export.main(["--checkpoint", str(tmp_path / "lm"), "--out", str(tmp_path / "lm_hf")]) == 0
+    _train("tiny_disrm_bt.yaml", tmp_path / "bt", data / "disrm_train.jsonl", data / "disrm_eval.jsonl",
+           f"model.init={tmp_path / 'lm_hf'}")
     assert export.main(["--checkpoint", str(tmp_path / "bt"), "--out", str(tmp_path / "disrm_hf")]) == 0
     assert evaluate.main(["--model-path", str(tmp_path / "disrm_hf"), "--data-path", str(bench), "--tasks", "LongQA",
                           "--save-path", str(tmp_path / "disrm_eval"), "--is-disrm", "--both-orders",

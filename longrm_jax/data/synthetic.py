@@ -253,21 +253,33 @@ def write_training_files(out_dir: str, num_train: int = 2000, num_eval: int = 20
     return paths
 
 
-def judgement_text(document_value: str, shown_values: Sequence[str]) -> str:
+def judgement_text(document_value: str, shown_answers: Sequence[str]) -> str:
     """A pairwise judgement that reasons in short steps before the verdict `[[A]]`/`[[B]]` (upstream's format,
-    parsed by `evaluation.prompts`): each answer's password, then the document's, then the answer that agrees.
+    parsed by `evaluation.prompts`): the document's password first, then each answer restated in the needle
+    sentence with whether its password is the document's, then the verdict:
+    `The document says quartz. Assistant A: the password of the blue door is quartz as the document. Assistant B:
+    the password of the blue door is orchid, not the document. [[A]]`.
 
-    Each step is one a small model learns fast: an answer's password is a copy from its fixed place at the
-    prompt's end; the document's is the password the prompt states most often (the document and the right answer
-    state it, the wrong answer another); the verdict is the letter written before the answer password equal to
-    the one just quoted (an induction step over the judgement's own words). Given the true value it is the right
-    judgement; given the other answer's value (SimPO's rejected), a wrong one consistent with itself.
+    `shown_answers` are the one-key answers in the order shown (`The password of the blue door is quartz.`). Each
+    step is one a small model learns fast: the document's password is the needle look-up of a needle-QA
+    pretrained model; the restated answer is a copy from its fixed place in the prompt; the token right after
+    its password (` as` or `,`) compares that password with the document's at the place where the needle LM
+    predicts the document's password (after `... is`), which is where a DisRM compares them too; the verdict is
+    the letter of the clause that says ` as`. (Without the restatement, `Assistant A says quartz as the
+    document.`, the comparison stayed at chance: docs/benchmarks.md "Tiny judge recipe, session 13".) Given the
+    true value it is the right judgement; given the other answer's value (SimPO's rejected), a wrong one
+    consistent with itself.
     """
-    steps = [f"Assistant {position_letter(i)} says {value}." for i, value in enumerate(shown_values)]
-    verdicts = [position_letter(i) for i, value in enumerate(shown_values) if value == document_value]
+    values = [_answer_value(answer) for answer in shown_answers]
+    verdicts = [position_letter(i) for i, value in enumerate(values) if value == document_value]
     if len(verdicts) != 1:
-        raise ValueError(f"judgement_text: exactly one answer must state {document_value!r}, got {shown_values}")
-    return " ".join(steps) + f" The document says {document_value}. [[{verdicts[0]}]]"
+        raise ValueError(f"judgement_text: exactly one answer must state {document_value!r}, got {values}")
+    steps = []
+    for i, (answer, value) in enumerate(zip(shown_answers, values)):
+        sentence = answer.strip().rstrip(".")
+        steps.append(f"Assistant {position_letter(i)}: {sentence[:1].lower()}{sentence[1:]}"
+                     + (" as the document." if value == document_value else ", not the document."))
+    return f"The document says {document_value}. " + " ".join(steps) + f" [[{verdicts[0]}]]"
 
 
 def _answer_value(answer: str) -> str:
@@ -293,9 +305,8 @@ def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int =
         chosen_at = rng.randrange(2)  # position of the better answer: A or B, half each
         shown = [row["chosen"], row["rejected"]] if chosen_at == 0 else [row["rejected"], row["chosen"]]
         messages = judge_messages(row["prompt_template"], shown, "pair")
-        values = [_answer_value(answer) for answer in shown]
-        good = judgement_text(_answer_value(row["chosen"]), values)
-        bad = judgement_text(_answer_value(row["rejected"]), values)
+        good = judgement_text(_answer_value(row["chosen"]), shown)
+        bad = judgement_text(_answer_value(row["rejected"]), shown)
         meta = {"ctx_length": row["ctx_length_for_length"], "depth": row["depth"][0]}
         out.append({
             "sft": {"chat_template": messages, "golden": good, "verdict": chosen_at, **meta},
@@ -304,6 +315,31 @@ def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int =
                       **meta},
         })
     return out
+
+
+def verify_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int = 0,
+                count_tokens: Callable[[str], int] | None = None) -> list[dict]:
+    """`n` needle *verification* SFT rows: the question names a candidate password ("Is the password of the blue
+    door falcon?"), half of them the document's, and the answer starts with the decision, then states the
+    document's password (`No, the password of the blue door is quartz.`). Pretraining rows for the tiny judges:
+    they teach the comparison "is this password the document's?" that every judgement needs, outside the judge
+    prompt (no answer letters, no verdicts)."""
+    count_tokens = count_tokens or default_token_counter()
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        target = lengths[i % len(lengths)]
+        s = make_needle_sample(rng, target, 1, num_distractors, count_tokens)
+        key, value = s.keys[0], s.values[0]
+        right = rng.randrange(2) == 1
+        candidate = value if right else wrong_values(rng, value, 1)[0]
+        user = f"Document:\n{s.context}\n\nQuestion: Is the password of the {key[0]} {key[1]} {candidate}?"
+        golden = f"{'Yes' if right else 'No'}, the password of the {key[0]} {key[1]} is {value}."
+        rows.append({"chat_template": [{"role": "system", "content": SYSTEM_PROMPT},
+                                       {"role": "user", "content": user}],
+                     "golden": golden, "candidate_is_right": right, "ctx_length": length_label(target),
+                     "depth": round(s.depths[0], 4)})
+    return rows
 
 
 def write_judge_files(out_dir: str, num_train: int = 2000, num_eval: int = 200, seed: int = 0,
@@ -325,6 +361,9 @@ def write_judge_files(out_dir: str, num_train: int = 2000, num_eval: int = 200, 
                              (f"disrm_{split}", "disrm")):
             paths[name] = os.path.join(out_dir, f"{name}.jsonl")
             _write_jsonl(paths[name], [item[column] for item in rows])
+        paths[f"verify_sft_{split}"] = os.path.join(out_dir, f"verify_sft_{split}.jsonl")
+        _write_jsonl(paths[f"verify_sft_{split}"], verify_rows(n, f"verify-{split}:{seed}", lengths, num_distractors,
+                                                               count_tokens))
     return paths
 
 
