@@ -122,10 +122,8 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
     report.remat = plan.remat
     report.peak_gib = predicted_peak(plan.programs) / GiB
     report.host_gib = predicted_host(plan.programs) / GiB
-    partial = (f", model.offloaded_layers={plan.offloaded_layers}"
-               if plan.offloaded_layers is not None and plan.remat.startswith("offload_") else "")
-    out.append(f"model.remat={plan.remat}{partial}" + (f" (auto: tried {', '.join(plan.tried)})"
-                                                       if cfg.model.remat == "auto" else ""))
+    out.append(f"model.remat={plan.remat}{plan.offloaded_setting}" + (f" (auto: tried {', '.join(plan.tried)})"
+                                                                     if cfg.model.remat == "auto" else ""))
     out.append("per chip:")
     out += [f"  {p.describe()}" for p in plan.programs]
     out.append(f"  peak {report.peak_gib:.2f} GiB of {report.hbm_gib:.1f} GiB HBM "

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
+from longrm_jax.models.layers import device_twin
+
 GiB = 2**30
 log = logging.getLogger(__name__)
 
@@ -391,15 +393,19 @@ class StepPlan:
                        "predicted_host_gib": predicted_host(self.programs) / GiB,
                        "programs": [dict(vars(p), peak=p.peak) for p in self.programs]}, f, indent=1)
 
+    @property
+    def offloaded_setting(self) -> str:
+        """``", model.offloaded_layers=N"`` where the chosen offloading policy offloads only some layers."""
+        partial = self.offloaded_layers is not None and device_twin(self.remat) != self.remat
+        return f", model.offloaded_layers={self.offloaded_layers}" if partial else ""
+
     def summary(self) -> str:
         mem = ", ".join(f"{p.name} {p.peak / GiB:.1f}" for p in self.programs)
         pinned = predicted_host(self.programs)
         host = (f"; pinned host memory {pinned / GiB:.1f} GiB per device (offloaded activations, optimizer state)"
                 if pinned else "")
         tiled = f", model.mlp_chunk_tokens={self.mlp_chunk_tokens}" if self.mlp_chunk_tokens else ""
-        if self.offloaded_layers is not None and self.remat.startswith("offload_"):
-            tiled += f", model.offloaded_layers={self.offloaded_layers}"
-        return f"model.remat={self.remat}{tiled}; predicted device memory (GiB): {mem or 'not reported'}{host}"
+        return f"model.remat={self.remat}{tiled}{self.offloaded_setting}; predicted device memory (GiB): {mem or 'not reported'}{host}"
 
 
 def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: int | None = None) -> StepPlan:
@@ -423,11 +429,14 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
         host = host_budget(len(mesh.local_devices), cfg.host_memory_budget_gib)
     batch = abstract_batch(cfg, mesh, 1 + spec.num_rejects if spec.slotted else None)
 
+    def offloaded_layers(candidate):  # a candidate's "@N", else the configured value
+        offloaded = split_offloaded(candidate)[1]
+        return mcfg.offloaded_layers if offloaded is None else offloaded
+
     def compile_for(candidate):
         remat, chunk = parse_candidate(candidate, mcfg.mlp_chunk_tokens)
-        offloaded = split_offloaded(candidate)[1]
         codec = codec_for(mcfg.replace(remat=remat, mlp_chunk_tokens=chunk,
-                                       offloaded_layers=mcfg.offloaded_layers if offloaded is None else offloaded))
+                                       offloaded_layers=offloaded_layers(candidate)))
         state, sh = abstract_state(cfg, codec, tx, mesh, key)
         step = jit_train_step(make_train_step(cfg, codec, tx, spec, schedule), sh,
                               batch_shardings(mesh, slotted=spec.slotted))
@@ -471,9 +480,8 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
             raise MemoryPlanError(f"{err}\nauto then tried {retry}: {again}", err.tried + again.tried) from None
         tried = err.tried + more
     remat, chunk = parse_candidate(chosen, mcfg.mlp_chunk_tokens)
-    offloaded = split_offloaded(chosen)[1]
     return StepPlan(remat, compiled, programs, tried, chunk, mesh.devices.flat[0].device_kind, bound,
-                    mcfg.offloaded_layers if offloaded is None else offloaded)
+                    offloaded_layers(chosen))
 
 
 def partial_offload_candidate(candidate: str, programs: list, num_layers: int, budget: int | None,
@@ -483,9 +491,9 @@ def partial_offload_candidate(candidate: str, programs: list, num_layers: int, b
     device has room for the other layers' share; None otherwise. The offloaded activations are taken as equal
     per layer (one saved input per layer, and attention outputs under ``..._and_attention``);
     ``state_host``: the optimizer moments kept on the host (optim.offload_state), which do not move."""
-    if host is None or not programs or any(p.refused for p in programs) or not candidate.startswith("offload_"):
-        return None
-    if split_offloaded(candidate)[1] is not None:
+    policy = parse_candidate(candidate, 0)[0]
+    if (host is None or not programs or any(p.refused for p in programs) or device_twin(policy) == policy
+            or split_offloaded(candidate)[1] is not None):
         return None
     peak, pinned = predicted_peak(programs), predicted_host(programs)
     activations = pinned - state_host
