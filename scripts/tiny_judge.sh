@@ -31,11 +31,4 @@ step disrm_bt "$PY" -m longrm_jax.train --config configs/tiny_disrm_bt.yaml
 step disrm_export "$PY" -m longrm_jax.export --checkpoint runs/tiny_disrm_bt --out runs/tiny_disrm_hf --overwrite
 step disrm_eval "$PY" -m longrm_jax.evaluate --model-path runs/tiny_disrm_hf --data-path "$DATA/long_rewardbench" \
     --save-path results/tiny_disrm --is-disrm --both-orders --dtype float32
-# The same DisRM scored where it was trained: upstream's evaluation renders each answer through the chat template,
-# which ends the turn `<|im_end|>\n`, while BT training (upstream's rule) ends the sequence at `<|im_end|>`, so the
-# default evaluation reads the score one token after the trained position. This template drops that newline
-# (docs/benchmarks.md "Tiny judge recipe, session 13": 77.9% default, 100% here, same model).
-step disrm_eval_trained_position "$PY" -m longrm_jax.evaluate --model-path runs/tiny_disrm_hf \
-    --data-path "$DATA/long_rewardbench" --save-path results/tiny_disrm_trained_position --is-disrm --both-orders \
-    --dtype float32 --chat-template configs/tiny_judge_disrm_eval.jinja
 echo "plots: results/tiny_grm/accuracy_by_length.png results/tiny_disrm/accuracy_by_length.png"

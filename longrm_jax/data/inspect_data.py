@@ -23,7 +23,7 @@ import numpy as np
 from longrm_jax.data.packing import bucket_for, make_buckets, own_row_length, plan_rows
 from longrm_jax.data.readers import FORMATS, RecordSource
 from longrm_jax.data.records import BenchRecord, DataError, LongFormRecord
-from longrm_jax.data.tokenize import ChatTokenizer, TruncationStats
+from longrm_jax.data.tokenize import RESPONSE_ENDS, ChatTokenizer, TruncationStats
 
 
 def _as_training_record(rec):
@@ -78,6 +78,9 @@ def _inspect(argv: Sequence[str]) -> int:
                    help="per-sequence cut at --max-length, as data.truncation in training")
     p.add_argument("--chat-template", default=None, metavar="FILE",
                    help="Jinja chat template file to use instead of the tokenizer's (or where it has none)")
+    p.add_argument("--response-end", choices=RESPONSE_ENDS, default="upstream",
+                   help="how a response ends, as data.response_end in training (template: as the chat template "
+                   "ends the turn, where the evaluator reads a DisRM's score)")
     add_debug_flag(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
@@ -86,7 +89,8 @@ def _inspect(argv: Sequence[str]) -> int:
     try:
         src = RecordSource(args.data, args.format, args.split, skip_bad_rows=args.skip_bad_rows)
         thinking = {"unset": None, "false": False, "true": True}[args.enable_thinking]
-        tok = ChatTokenizer.from_dir(args.tokenizer, enable_thinking=thinking, chat_template=args.chat_template)
+        tok = ChatTokenizer.from_dir(args.tokenizer, enable_thinking=thinking, chat_template=args.chat_template,
+                                     response_end=args.response_end)
         n_rows = len(src) if args.limit is None else min(args.limit, len(src))
         groups, stats = [], TruncationStats()
         skipped = 0

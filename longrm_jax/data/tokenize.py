@@ -14,6 +14,13 @@ For a prompt (list of messages) and a response string:
    three trained, exactly as upstream (docs/upstream.md "Training data").
 3. `loss_mask` is 1 on every response token (EOS included), 0 on the prompt.
 
+`response_end`: "upstream" (default) is steps 1-2 above. "template" keeps the response exactly as the chat
+template writes it after the prompt, its trailing newline included, and appends nothing: the sequence is then
+token for token the one `evaluate --is-disrm` scores (the whole conversation through the template), so a DisRM's
+score is trained at the position the evaluator reads it. Under "upstream" the two differ by the template's
+end-of-turn newline (`<|im_end|>\n` for Qwen-style templates): training scores `<|im_end|>`, the evaluator the
+newline after it, as upstream does (docs/upstream.md "The DisRM score position").
+
 `enable_thinking`: False (default) passes `enable_thinking=False` to the template, as upstream evaluation
 does; for Qwen3 the empty think block `<think>\\n\\n</think>\\n\\n` then ends the *prompt* and is not trained.
 None passes nothing, which reproduces upstream *training* masks exactly (Qwen3: the empty think block is the
@@ -49,6 +56,7 @@ logger = logging.getLogger(__name__)
 
 TruncationPolicy = Literal["prompt_middle", "right", "middle", "error"]
 TRUNCATION_POLICIES = ("prompt_middle", "right", "middle", "error")
+RESPONSE_ENDS = ("upstream", "template")  # ChatTokenizer(response_end=...), module notes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,7 +269,11 @@ def _has_enable_thinking(tokenizer) -> bool:
 class ChatTokenizer:
     """Wraps an HF tokenizer: templating, prefix split, masks, truncation. Thread-safe for reading."""
 
-    def __init__(self, tokenizer, *, enable_thinking: bool | None = False, chat_template: str | None = None):
+    def __init__(self, tokenizer, *, enable_thinking: bool | None = False, chat_template: str | None = None,
+                 response_end: str = "upstream"):
+        if response_end not in RESPONSE_ENDS:
+            raise ValueError(f"response_end must be one of {', '.join(RESPONSE_ENDS)}; got {response_end!r}")
+        self.response_end = response_end
         if chat_template is not None:  # an override (e.g. a base model's tokenizer has none)
             tokenizer.chat_template = chat_template
         if getattr(tokenizer, "chat_template", None) is None:
@@ -281,7 +293,7 @@ class ChatTokenizer:
 
     @classmethod
     def from_dir(cls, path: str, *, enable_thinking: bool | None = False,
-                 chat_template: str | None = None) -> ChatTokenizer:
+                 chat_template: str | None = None, response_end: str = "upstream") -> ChatTokenizer:
         """Load a tokenizer directory; `chat_template`: a Jinja template *file* replacing the tokenizer's."""
         import os
 
@@ -300,7 +312,7 @@ class ChatTokenizer:
         except Exception as error:  # noqa: BLE001 - transformers' text names no path and spans lines
             first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
             raise ValueError(f"tokenizer directory {path}: transformers cannot load it ({first})") from error
-        return cls(hf, enable_thinking=enable_thinking,
+        return cls(hf, enable_thinking=enable_thinking, response_end=response_end,
                    chat_template=read_chat_template(chat_template) if chat_template else None)
 
     # -- text level -------------------------------------------------------------------------------------
@@ -311,7 +323,8 @@ class ChatTokenizer:
 
     def response_text(self, prompt: Sequence[Message], prompt_text: str, response: str,
                       provenance: Provenance | None = None) -> str:
-        """Templated conversation minus the templated prompt, right-stripped of newlines."""
+        """Templated conversation minus the templated prompt, right-stripped of newlines (upstream), or as the
+        template ends it (`response_end="template"`)."""
         full = self.render(list(prompt) + [{"role": "assistant", "content": response}],
                            add_generation_prompt=False)
         if not full.startswith(prompt_text):
@@ -319,7 +332,8 @@ class ChatTokenizer:
             where = provenance.where() if provenance else "?"
             raise DataError(src, where, None, "the chat template of prompt+response does not start with the "
                             "templated prompt (add_generation_prompt=True); cannot derive the loss mask")
-        return full[len(prompt_text):].rstrip("\n")
+        rest = full[len(prompt_text):]
+        return rest if self.response_end == "template" else rest.rstrip("\n")
 
     def encode(self, text: str) -> np.ndarray:
         if self._backend is not None:
@@ -338,11 +352,14 @@ class ChatTokenizer:
 
     # -- samples ----------------------------------------------------------------------------------------
     def _sample(self, prompt_ids: np.ndarray, response_text: str) -> TokenizedSample:
-        eos_text = self.hf.eos_token
-        if not response_text.endswith(eos_text):  # upstream: text += " " + eos_token (module notes, step 2)
-            response_text += " " + eos_text
-        resp = self.encode(response_text)
-        resp[-1] = self.eos_id  # upstream forces the last token to EOS (a no-op unless EOS is not one token)
+        if self.response_end == "template":  # the template's own end, as the evaluator renders it
+            resp = self.encode(response_text)
+        else:
+            eos_text = self.hf.eos_token
+            if not response_text.endswith(eos_text):  # upstream: text += " " + eos_token (module notes, step 2)
+                response_text += " " + eos_text
+            resp = self.encode(response_text)
+            resp[-1] = self.eos_id  # upstream forces the last token to EOS (a no-op unless EOS is one token)
         ids = np.concatenate([prompt_ids, resp]).astype(np.int32)
         mask = np.zeros(ids.shape, np.int32)
         mask[len(prompt_ids):] = 1

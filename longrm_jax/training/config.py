@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from longrm_jax.data.tokenize import RESPONSE_ENDS
+
 
 class ConfigError(ValueError):
     """A configuration file or override that does not fit the schema."""
@@ -87,6 +89,11 @@ class DataSection:
     # stays), "right" (upstream's literal right cut, EOS forced) or "error". A pair is never cut as a whole: one
     # too long to share a row (packed layout) gets a row of its own, (1 + num_rejects) x seq_len long.
     truncation: str = "prompt_middle"
+    # How a response ends: "upstream" (the template's end-of-turn token, then " " + EOS as text where EOS is
+    # another token; the evaluator's DisRM score is then read one token later, after the template's newline) or
+    # "template" (exactly as the chat template ends the turn: a DisRM is trained where `evaluate` reads its score;
+    # data.tokenize module notes, docs/upstream.md "The DisRM score position").
+    response_end: str = "upstream"
     worker_count: int = 2  # pipeline threads tokenizing / packing windows ahead
 
 
@@ -245,6 +252,9 @@ class TrainConfig:
             raise ConfigError("stage bt needs a score head (model.head: classifier or auto)")
         if self.stage != "bt" and self.model.head == "classifier":
             raise ConfigError(f"stage {self.stage} needs an LM head (model.head: causal_lm or auto)")
+        if self.data.response_end not in RESPONSE_ENDS:
+            raise ConfigError(f"data.response_end must be one of {', '.join(RESPONSE_ENDS)}; "
+                              f"got {self.data.response_end!r}")
         if self.data.bucket_scheme not in ("halving", "linear"):
             raise ConfigError(f"data.bucket_scheme must be halving or linear; got {self.data.bucket_scheme!r}")
         if self.data.layout not in ("packed", "rows"):

@@ -32,7 +32,8 @@ def load_tokenizer(data: DataSection) -> ChatTokenizer:
         from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
 
         path = TINY_TOKENIZER_DIR
-    return ChatTokenizer.from_dir(path, enable_thinking=data.enable_thinking, chat_template=data.chat_template)
+    return ChatTokenizer.from_dir(path, enable_thinking=data.enable_thinking, chat_template=data.chat_template,
+                                  response_end=data.response_end)
 
 
 def _synthetic_rows(cfg: TrainConfig, n: int, seed: int) -> list[dict]:
