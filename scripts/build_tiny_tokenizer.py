@@ -35,6 +35,15 @@ CHAT_TEMPLATE = (
     "{%- endif %}"
     "{%- endif %}"
 )
+# The judge tokenizer's: the same, but a conversation that ends with an assistant turn ends at `<|im_end|>`, with
+# no newline after it. `evaluate --is-disrm` scores a DisRM at the last token of that rendering, and training (as
+# upstream) ends each answer at `<|im_end|>`: so the tiny DisRM is scored where it is trained (with Qwen3's
+# newline it is scored one token later, which moves a tiny model's score; docs/upstream.md "The DisRM score
+# position"). Prompts (add_generation_prompt) and training sequences are unchanged.
+ASSISTANT_END = "{{- message.content | trim + '<|im_end|>\\n' }}"
+JUDGE_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
+    ASSISTANT_END, "{{- message.content | trim + '<|im_end|>' }}{%- if not loop.last %}{{- '\\n' }}{%- endif %}")
+assert JUDGE_CHAT_TEMPLATE != CHAT_TEMPLATE
 
 
 def build_tiny_tokenizer(out_dir: str = TINY_TOKENIZER_DIR, vocab_size: int = 1024, judge: bool = False) -> str:
@@ -55,11 +64,11 @@ def build_tiny_tokenizer(out_dir: str = TINY_TOKENIZER_DIR, vocab_size: int = 10
     tok.train_from_iterator(texts, trainer=trainer)
     os.makedirs(out_dir, exist_ok=True)
     tok.save(os.path.join(out_dir, "tokenizer.json"))
-    _write_configs(out_dir)
+    _write_configs(out_dir, JUDGE_CHAT_TEMPLATE if judge else CHAT_TEMPLATE)
     return out_dir
 
 
-def _write_configs(out_dir: str) -> None:
+def _write_configs(out_dir: str, chat_template: str) -> None:
     """tokenizer_config.json (with the chat template) readable by transformers 4.x and 5.x alike."""
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -68,7 +77,7 @@ def _write_configs(out_dir: str) -> None:
         "additional_special_tokens": ["<|im_start|>", "<think>", "</think>"],
         "model_max_length": 1_048_576,
         "clean_up_tokenization_spaces": False,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
     }
     special = {k: config[k] for k in ("eos_token", "pad_token", "additional_special_tokens")}
     for name, obj in (("tokenizer_config.json", config), ("special_tokens_map.json", special)):

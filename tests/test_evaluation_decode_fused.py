@@ -12,7 +12,8 @@ import jax.numpy as jnp  # noqa: E402
 
 from longrm_jax import load_pretrained  # noqa: E402
 from longrm_jax.hf.save import save_pretrained  # noqa: E402
-from longrm_jax.evaluation.generation import GreedyGenerator, _decode, prepare_for_decoding  # noqa: E402
+from longrm_jax.evaluation.generation import (  # noqa: E402
+    PREFILL_MLP_CHUNK_TOKENS, GreedyGenerator, _decode, prepare_for_decoding)
 from longrm_jax.parallel.mesh import make_mesh  # noqa: E402
 from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
 
@@ -49,6 +50,9 @@ def test_fused_layout_matches_unfused_and_generate(checkpoint):
     path, ref = checkpoint
     plain = load_pretrained(path, dtype="float32")
     fused = prepare_for_decoding(load_pretrained(path, dtype="float32"))
+    assert fused.config.mlp_chunk_tokens == PREFILL_MLP_CHUNK_TOKENS
+    # Prefills of more than 8 tokens run the fused MLP in token chunks (as a 128K prompt does at 8,192)
+    tiled = prepare_for_decoding(load_pretrained(path, dtype="float32"), mlp_chunk_tokens=8)
     assert not fused.config.unroll_cached_layers  # XLA decode attention on the CPU: the scanned loop
     assert prepare_for_decoding(load_pretrained(path, dtype="float32"),
                                 decode_attention="pallas_interpret").config.unroll_cached_layers
@@ -65,6 +69,7 @@ def test_fused_layout_matches_unfused_and_generate(checkpoint):
     prompts = _prompts()
     ids = jnp.asarray(prompts[1][None])
     np.testing.assert_allclose(np.asarray(fused(ids)), np.asarray(plain(ids)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(tiled(ids)), np.asarray(plain(ids)), rtol=1e-5, atol=1e-5)
 
     stops = [1]
     expected = []
@@ -74,7 +79,7 @@ def test_fused_layout_matches_unfused_and_generate(checkpoint):
                                do_sample=False, eos_token_id=None, pad_token_id=0)
         expected.append(out[0, len(prompt):].numpy())
     results = {}
-    for name, model in (("plain", plain), ("fused", fused)):
+    for name, model in (("plain", plain), ("fused", fused), ("fused_tiled", tiled)):
         for continuous in (False, True):
             generator = GreedyGenerator(model, pad_id=0, stop_ids=stops, max_new_tokens=NEW_TOKENS,
                                         letter_ids=[37, 38], batch_size=2, continuous=continuous, decode_chunk=4)
@@ -83,8 +88,9 @@ def test_fused_layout_matches_unfused_and_generate(checkpoint):
         for index, (out, theirs) in enumerate(zip(outs, expected)):
             np.testing.assert_array_equal(out.tokens, theirs, err_msg=f"{key}, prompt {index}")
     for continuous in (False, True):
-        for ours, theirs in zip(results["fused", continuous], results["plain", continuous]):
-            np.testing.assert_allclose(ours.letter_logprobs, theirs.letter_logprobs, rtol=1e-5, atol=1e-5)
+        for name in ("fused", "fused_tiled"):
+            for ours, theirs in zip(results[name, continuous], results["plain", continuous]):
+                np.testing.assert_allclose(ours.letter_logprobs, theirs.letter_logprobs, rtol=1e-5, atol=1e-5)
 
 
 def _concatenations(jaxpr, found):

@@ -1,14 +1,15 @@
 """The tiny DisRM recipe (README "A judge from scratch"), shortened: the shipped configs' path (a needle-QA LM ->
 HF export -> Bradley-Terry from it) on short synthetic contexts, for far fewer steps. It must *judge*: the held-out
 pair accuracy of the BT model ends well above chance (from a random start BT stays at 50%: docs/benchmarks.md
-"Tiny judge recipe")."""
+"Tiny judge recipe"), and so does `evaluate --is-disrm --both-orders` as it is on a held-out synthetic
+Long-RewardBench (the judge tokenizer's template ends where BT trains the score: the evaluator reads it there)."""
 
 import json
 import os
 
 import pytest
 
-from longrm_jax import export, train
+from longrm_jax import evaluate, export, train
 from longrm_jax.data import synthetic
 from longrm_jax.data.tiny_tokenizer import TINY_JUDGE_TOKENIZER_DIR
 
@@ -30,7 +31,7 @@ def _train(config, out, *sets):
 def test_tiny_disrm_ranks_by_the_document(tmp_path):
     data = tmp_path / "data"
     synthetic.main(["--out", str(data), "--judge", "--lengths", "32", "--num-train", "3000", "--num-eval", "64",
-                    "--bench-per-task", "2", "--bench-bon-fraction", "0"])
+                    "--bench-per-task", "4", "--bench-bon-fraction", "0"])
     lm_acc = _train("tiny_lm_needle.yaml", tmp_path / "lm", "steps=300", f"data.source={data / 'sft_train.jsonl'}",
                     f"data.eval_source={data / 'eval.jsonl'}")
     assert export.main(["--checkpoint", str(tmp_path / "lm"), "--out", str(tmp_path / "lm_hf")]) == 0
@@ -38,3 +39,10 @@ def test_tiny_disrm_ranks_by_the_document(tmp_path):
                     f"data.source={data / 'disrm_train.jsonl'}", f"data.eval_source={data / 'disrm_eval.jsonl'}")
     assert lm_acc >= 0.8, lm_acc
     assert bt_acc >= 0.8, bt_acc  # 64 held-out pairs: chance is 50% +- 6%
+    assert export.main(["--checkpoint", str(tmp_path / "bt"), "--out", str(tmp_path / "bt_hf")]) == 0
+    assert evaluate.main(["--model-path", str(tmp_path / "bt_hf"), "--data-path", str(data / "long_rewardbench"),
+                          "--save-path", str(tmp_path / "eval"), "--is-disrm", "--both-orders", "--dtype", "float32",
+                          "--no-progress"]) == 0
+    both = json.loads((tmp_path / "eval" / "results.json").read_text())["both_orders"]
+    assert both["samples"] == 28
+    assert both["mean_accuracy_all_orders"] >= 0.8, both  # 28 pairs x 2 orders: chance 50% +- 7%

@@ -9,7 +9,9 @@ prompt with that block (Qwen3 behaviour).
 The tiny *judge* tokenizer (`longrm_jax/assets/tiny_judge_tokenizer/`) is the same kind, its corpus extended with
 the generative judge's prompts (`synthetic.judge_corpus_for_tokenizer`): the evaluator's 155-word judge system
 prompt is 179 tokens there against 540 in the tiny tokenizer, so a tiny judge trains on 2-3x shorter sequences
-(configs/tiny_grm_*.yaml, configs/tiny_disrm_bt.yaml).
+(configs/tiny_grm_*.yaml, configs/tiny_disrm_bt.yaml). Its template ends a conversation that ends with an
+assistant turn at `<|im_end|>` (no newline after it), the token where BT trains a DisRM's score, so that
+`evaluate --is-disrm` reads the score there (docs/upstream.md "The DisRM score position").
 
 The library only loads the committed files; `scripts/build_tiny_tokenizer.py [--judge]` rebuilds them
 (deterministic).

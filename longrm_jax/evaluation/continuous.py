@@ -98,17 +98,19 @@ def _admit(cache, state: SlotState, prompt_cache, first, first_letters, row, len
         pad[axis] = (0, total - span)
         return jnp.roll(jnp.pad(values, pad), shift, axis=axis)
 
-    k_row = ring_row(prompt_cache.k[:, 0], 1)[:, None].astype(cache.k.dtype)  # [L, 1, S, K, H]
-    v_row = ring_row(prompt_cache.v[:, 0], 1)[:, None].astype(cache.v.dtype)
-    pos_row = ring_row(prompt_cache.positions, 1)
-    seg_row = ring_row(prompt_cache.segment_ids, 1)
+    # K and V are scattered into the (donated) pool at their ring columns, in place: a whole rewritten row
+    # (padded and rolled, as the small position and segment rows below) would be two slot caches of temporaries,
+    # 39 GiB for a 128K slot of Qwen3-8B. The columns the prompt does not cover keep stale K/V that segment 0
+    # hides.
+    columns = jnp.mod(shift + jnp.arange(span, dtype=jnp.int32), total)
+    k = cache.k.at[:, row, columns].set(prompt_cache.k[:, 0].astype(cache.k.dtype), unique_indices=True)
+    v = cache.v.at[:, row, columns].set(prompt_cache.v[:, 0].astype(cache.v.dtype), unique_indices=True)
     zero = jnp.zeros((), jnp.int32)
     cache = dataclasses.replace(
-        cache,
-        k=jax.lax.dynamic_update_slice(cache.k, k_row, (zero, row, zero, zero, zero)),
-        v=jax.lax.dynamic_update_slice(cache.v, v_row, (zero, row, zero, zero, zero)),
-        positions=jax.lax.dynamic_update_slice(cache.positions, pos_row, (row, zero)),
-        segment_ids=jax.lax.dynamic_update_slice(cache.segment_ids, seg_row, (row, zero)))
+        cache, k=k, v=v,
+        positions=jax.lax.dynamic_update_slice(cache.positions, ring_row(prompt_cache.positions, 1), (row, zero)),
+        segment_ids=jax.lax.dynamic_update_slice(cache.segment_ids, ring_row(prompt_cache.segment_ids, 1),
+                                                 (row, zero)))
     first = first[0]
     done = jnp.isin(first, stop_ids) | (budget <= 1)
     state = SlotState(

@@ -40,8 +40,14 @@ from longrm_jax.parallel.zigzag import zigzag_permutation
 logger = logging.getLogger(__name__)
 
 
+# Prefills run each layer's MLP on token chunks of this many tokens (models.layers.tiled_mlp): a 128K-token
+# prompt's [T, 2, F] gate/up buffer (Qwen3-8B: 9 GiB with its product) would otherwise stand beside the slots'
+# caches; with it a second 128K slot fits an 80 GB GPU (docs/perf_eval.md "Long contexts").
+PREFILL_MLP_CHUNK_TOKENS = 8192
+
+
 def prepare_for_decoding(model, mesh: Mesh | None = None, decode_attention: str = "auto",
-                         unroll_layers: bool | None = None):
+                         unroll_layers: bool | None = None, mlp_chunk_tokens: int = PREFILL_MLP_CHUNK_TOKENS):
     """Put ``model`` (a causal LM) in the inference weight layout, in place, once per loaded model: q/k/v and
     gate/up each stored as one weight (:meth:`longrm_jax.models.decoder.Decoder.fuse_projections`), so that
     every decode step runs one matmul for each. Outputs are the same; the fused model is for evaluation only
@@ -52,8 +58,12 @@ def prepare_for_decoding(model, mesh: Mesh | None = None, decode_attention: str 
     over a mesh). With the kernel, decode steps also unroll the layer loop (``ModelConfig.unroll_cached_layers``)
     unless ``unroll_layers`` is False: no loop counter, weight slices or layer-index copies per layer, ~5% faster
     per token at batch 1 (H200, Qwen3-8B, 32K: 164 -> 173 tokens/s) for ~8 s more compile per decode program
-    (docs/perf_eval.md; the evaluator decides by the run's size, ``evaluation.runner.unroll_decode_layers``)."""
+    (docs/perf_eval.md; the evaluator decides by the run's size, ``evaluation.runner.unroll_decode_layers``).
+
+    ``mlp_chunk_tokens``: prompts longer than this run their MLPs in token chunks (0: whole prompts); decode
+    steps (one token) are unaffected."""
     model.model.fuse_projections()
+    model.replace_config(mlp_chunk_tokens=mlp_chunk_tokens)
     if decode_attention == "auto":
         one_device = mesh is None or mesh.size == 1
         decode_attention = "pallas" if target_of(mesh).is_gpu and one_device else "xla"

@@ -322,6 +322,11 @@ class _DecoderHead(nnx.Module):
         changes = {"decode_attention": impl}
         if unroll_layers is not None:
             changes["unroll_cached_layers"] = unroll_layers
+        self.replace_config(**changes)
+
+    def replace_config(self, **changes) -> None:
+        """Replace fields of this model's ``ModelConfig`` in place (the head's and the decoder's), e.g. the
+        inference-only settings of :func:`longrm_jax.evaluation.generation.prepare_for_decoding`."""
         cfg = self.config.replace(**changes)
         self.config = cfg
         self.model.config = cfg

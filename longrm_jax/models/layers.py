@@ -115,7 +115,7 @@ def mlp(p: dict, h_btd: jax.Array, cfg: ModelConfig, rules) -> jax.Array:
     """The MLP, sequence-tiled when ``cfg.mlp_chunk_tokens`` is set and smaller than the row (see the module
     docstring)."""
     chunk = cfg.mlp_chunk_tokens
-    if chunk and h_btd.shape[1] > chunk and "gate_up_proj" not in p:
+    if chunk and h_btd.shape[1] > chunk:
         return tiled_mlp(p, h_btd, cfg, rules, chunk)
     return _mlp(p, h_btd, cfg, rules)
 
@@ -134,7 +134,7 @@ def _mlp(p: dict, h_btd: jax.Array, cfg: ModelConfig, rules) -> jax.Array:
     return out + p["down_bias"] if cfg.mlp_bias else out
 
 
-MLP_WEIGHTS = ("gate_proj", "up_proj", "down_proj", "gate_bias", "up_bias", "down_bias")
+MLP_WEIGHTS = ("gate_proj", "up_proj", "gate_up_proj", "down_proj", "gate_bias", "up_bias", "down_bias")
 
 
 def tiled_mlp(p: dict, h_btd: jax.Array, cfg: ModelConfig, rules, chunk: int) -> jax.Array:
