@@ -177,7 +177,29 @@ def test_run_estimate_says_minutes_or_that_no_rate_is_known():
     # A 30K prompt (bucket 32K) prefills at about the measured 26,155 tokens/s of a 32K prompt.
     long_only = estimate_run(config, QWEN3_8B_WEIGHT_BYTES, pools[:1], lengths, budgets, "NVIDIA H200")
     assert pools[0].bucket == 32768 and long_only.prefill_s / 16 == pytest.approx(32768 / 26155, rel=0.05)
-    # Batch-1 decode at ~32K: about the measured 172.7 tokens/s (72% of the bound is the rule's own input).
+    # Batch-1 decode at ~32K: at most the measured 172.7 tokens/s (72% of the bound; the rule's 57% comes from
+    # whole-benchmark runs, where per-step costs of mixed pools weigh more), and not far below it.
     one = plan_pools([30000], 2048, lambda columns: (1, ""))
     single = estimate_run(config, QWEN3_8B_WEIGHT_BYTES, one, [30000], [2048], "NVIDIA H200")
-    assert 2048 / single.decode_s == pytest.approx(172.7, rel=0.1)
+    assert 0.7 * 172.7 <= 2048 / single.decode_s <= 172.7
+
+
+def test_pool_steps_follow_the_continuous_schedule():
+    """A pool decodes for its schedule's length: each prompt takes the slot that frees first; a pool that
+    drains (one long judgement left) runs its steps with fewer rows, and the estimate prices those steps."""
+    from longrm_jax.evaluation.estimate import estimate_run, pool_steps
+    from longrm_jax.evaluation.slot_plan import Pool
+    from longrm_jax.models import ModelConfig
+
+    assert pool_steps([100] * 8, 8) == 100 and pool_steps([100] * 8, 4) == 200 and pool_steps([100] * 3, 8) == 100
+    assert pool_steps([2048, 10, 10, 10], 2) == 2048 and pool_steps([10, 10, 10, 2048], 2) == 2058
+    config = ModelConfig(**QWEN3_8B)
+    lengths = [8000] * 8
+    drained = estimate_run(config, QWEN3_8B_WEIGHT_BYTES, [Pool(8192, list(range(8)), 8, 8, "")], lengths,
+                           [2048] + [16] * 7, "NVIDIA H200")
+    full = estimate_run(config, QWEN3_8B_WEIGHT_BYTES, [Pool(8192, list(range(8)), 8, 8, "")], lengths,
+                        [2048] * 8, "NVIDIA H200")
+    # 2,048 steps either way, each reading the weights (16 GB) and the active rows' caches (up to 9 GB): the
+    # drained pool's 2,160 tokens cost 65% of what the full pool's 16,384 do (a per-token share: 13%).
+    assert full.decode_s > drained.decode_s > 0.6 * full.decode_s
+    assert sum(drained.prompt_seconds) == pytest.approx(drained.prefill_s + drained.decode_s)

@@ -7,9 +7,9 @@ Layout. The KV cache has ``slots`` rows of ``S = bucket + max_new_tokens`` colum
 write the same column per decode step (a shared write pointer, so the decoder's cache update stays one
 ``dynamic_update_slice``), wrapping modulo ``S``. Attention masks by the position and segment id recorded in
 each column, never by column order (:mod:`longrm_jax.models.cache`), so a row may start anywhere in the ring.
-A prompt admitted when the pointer is at column ``c`` is prefilled on its own (batch 1, the bucket's length)
-and its keys/values are placed in the columns just before ``c`` (rolled into the row, which is rewritten
-whole: the previous occupant's columns get segment 0); its first decode step then writes column ``c``. A row
+A prompt admitted when the pointer is at column ``c`` is prefilled on its own (batch 1, the bucket's length),
+its keys/values scattered straight into the columns just before ``c`` (the row's other columns get segment 0,
+hiding the previous occupant); its first decode step then writes column ``c``. A row
 spans prompt + budget <= S columns, so it never overwrites itself.
 
 Host round trips. Each jitted decode call runs up to ``chunk`` steps in a ``lax.while_loop``; it returns
@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from longrm_jax.evaluation.batching import PAD_POSITION
+from longrm_jax.evaluation.decoding import letter_logprobs
 from longrm_jax.evaluation.slot_plan import (  # noqa: F401 - MEMORY_FRACTION, MAX_SLOTS: re-exported
     FALLBACK_SLOTS,
     MAX_SLOTS,
@@ -81,37 +82,35 @@ def empty_state(slots: int, max_new: int, num_letters: int, pad_id: int) -> Slot
                      letters=jnp.zeros((slots, max_new, num_letters), jnp.float32))
 
 
-def _admit(cache, state: SlotState, prompt_cache, first, first_letters, row, length, budget, stop_ids, *,
-           max_new: int, pad_id: int):
-    """Put a prefilled prompt (batch-1 ``prompt_cache`` of P columns, ``length`` real tokens) into slot ``row``.
+def _prefill_admit(model, cache, state: SlotState, ids, positions, last_index, letter_ids, row, length, budget,
+                   stop_ids, *, max_new: int, pad_id: int):
+    """Prefill one prompt (``ids`` [1, P] right-padded, ``length`` real tokens) straight into slot ``row``.
 
-    Its P columns land at ring columns ``[c - length, c - length + P) mod S`` (``c`` = the write pointer), the
-    rest of the row is cleared to segment 0; columns past ``length`` are the prompt's pads (``PAD_POSITION``,
-    never visible) that the row's decode steps overwrite.
+    Its P columns are ring columns ``[c - length, c - length + P) mod S`` (``c`` = the write pointer): the
+    prefill scatters each layer's keys and values there, in place in the donated pool (no batch-1 cache of
+    the prompt beside the pool: at 128K that is one more slot's cache, 18 GiB for Qwen3-8B). The rest of the
+    row gets segment 0 (its stale keys are never seen); columns past ``length`` are the prompt's pads
+    (``PAD_POSITION``, never visible), which the row's decode steps overwrite.
     """
     total = cache.k.shape[2]
-    span = prompt_cache.k.shape[2]
+    span = ids.shape[1]
     shift = jnp.mod(cache.index - length, total)
-
-    def ring_row(values, axis):  # [.., P, ..] -> [.., S, ..] zero-padded, rolled to start at ``shift``
-        pad = [(0, 0)] * values.ndim
-        pad[axis] = (0, total - span)
-        return jnp.roll(jnp.pad(values, pad), shift, axis=axis)
-
-    # K and V are scattered into the (donated) pool at their ring columns, in place: a whole rewritten row
-    # (padded and rolled, as the small position and segment rows below) would be two slot caches of temporaries,
-    # 39 GiB for a 128K slot of Qwen3-8B. The columns the prompt does not cover keep stale K/V that segment 0
-    # hides.
     columns = jnp.mod(shift + jnp.arange(span, dtype=jnp.int32), total)
-    k = cache.k.at[:, row, columns].set(prompt_cache.k[:, 0].astype(cache.k.dtype), unique_indices=True)
-    v = cache.v.at[:, row, columns].set(prompt_cache.v[:, 0].astype(cache.v.dtype), unique_indices=True)
+    logits, cache = model(ids, positions=positions, cache=cache, prefill=True, logits_at=last_index,
+                          write_at=(row, columns))
+    last = logits[:, 0]
+    first = jnp.argmax(last[0], axis=-1).astype(jnp.int32)
+    first_letters = letter_logprobs(last, letter_ids)[0]
+
+    def ring_row(values):  # [1, P] -> [1, S] zero-padded, rolled to start at ``shift``
+        return jnp.roll(jnp.pad(values, ((0, 0), (0, total - span))), shift, axis=1)
+
     zero = jnp.zeros((), jnp.int32)
     cache = dataclasses.replace(
-        cache, k=k, v=v,
-        positions=jax.lax.dynamic_update_slice(cache.positions, ring_row(prompt_cache.positions, 1), (row, zero)),
-        segment_ids=jax.lax.dynamic_update_slice(cache.segment_ids, ring_row(prompt_cache.segment_ids, 1),
+        cache,
+        positions=jax.lax.dynamic_update_slice(cache.positions, ring_row(positions.astype(jnp.int32)), (row, zero)),
+        segment_ids=jax.lax.dynamic_update_slice(cache.segment_ids, ring_row(jnp.ones_like(ids, jnp.int32)),
                                                  (row, zero)))
-    first = first[0]
     done = jnp.isin(first, stop_ids) | (budget <= 1)
     state = SlotState(
         token=state.token.at[row].set(first), position=state.position.at[row].set(length),
@@ -119,7 +118,7 @@ def _admit(cache, state: SlotState, prompt_cache, first, first_letters, row, len
         done=state.done.at[row].set(done),
         active=state.active.at[row].set(True),
         tokens=state.tokens.at[row].set(jnp.full((max_new,), pad_id, jnp.int32).at[0].set(first)),
-        letters=state.letters.at[row].set(jnp.zeros_like(state.letters[0]).at[0].set(first_letters[0])))
+        letters=state.letters.at[row].set(jnp.zeros_like(state.letters[0]).at[0].set(first_letters)))
     return cache, state
 
 
@@ -172,8 +171,8 @@ _SEEN_SHAPES: set = set()
 @functools.lru_cache(maxsize=None)
 def _jitted(chunk: int, max_new: int, pad_id: int, donate: bool):
     # Donation lets the slot cache be updated in place (the CPU backend does not support it).
-    donate_args = (0, 1) if donate else ()
-    admit = jax.jit(partial(_admit, max_new=max_new, pad_id=pad_id), donate_argnums=donate_args)
+    admit = jax.jit(partial(_prefill_admit, max_new=max_new, pad_id=pad_id),
+                    donate_argnums=(1, 2) if donate else ())
     decode = jax.jit(partial(_decode_chunk, chunk=chunk, max_new=max_new, pad_id=pad_id),
                      donate_argnums=(1, 2) if donate else ())
     return admit, decode
@@ -242,7 +241,6 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
         cache = generator.model.init_cache(slots, bucket + max_new)
         state = empty_state(slots, max_new, num_letters, pad_id)
         owner: list[int | None] = [None] * slots
-        prefill = generator._prefill_fn(bucket)
 
         def fill(row, cache, state):
             item = queue.popleft()
@@ -250,12 +248,9 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
             ids = np.full((1, bucket), pad_id, np.int32)
             ids[0, :len(seq)] = seq
             positions = np.where(np.arange(bucket) < len(seq), np.arange(bucket), PAD_POSITION)[None].astype(np.int32)
-            prompt_cache, first, letters = timed(
-                "prefill_s", ("prefill", bucket), prefill, generator.model, ids, positions,
-                np.array([len(seq) - 1], np.int32), generator.letter_ids)
-            cache, state = timed("prefill_s", ("admit", bucket, slots), admit, cache, state, prompt_cache, first,
-                                 letters, np.int32(row), np.int32(len(seq)), np.int32(budgets[item]),
-                                 generator.stop_ids)
+            cache, state = timed("prefill_s", ("admit", bucket, slots), admit, generator.model, cache, state, ids,
+                                 positions, np.array([len(seq) - 1], np.int32), generator.letter_ids,
+                                 np.int32(row), np.int32(len(seq)), np.int32(budgets[item]), generator.stop_ids)
             clock["prefill_tokens"] += len(seq)
             owner[row] = item
             return cache, state

@@ -5,27 +5,31 @@ The rule (docs/perf_eval.md, "Run estimate"):
 
 * prefill of a prompt: its bucket's forward FLOPs (``2 N S + 2 L H d S^2``: matmuls and causal attention) at
   the device's prefill MFU (:class:`DeviceRates`) of its dense bf16 peak;
-* decode of a pool of ``slots`` rows: each step reads the weights once and every slot's filled cache (the
-  decode kernel reads only filled columns; mean prompt length + half the mean budget), at
-  the device's decode efficiency of its memory bandwidth, and yields ``slots`` tokens. A prompt costs its
-  budget x (step time / slots). Every judgement is counted at its budget (``--max-new-tokens``, or the
-  simulated lengths), so the estimate is an upper bound where judges stop early;
+* decode of a pool of ``slots`` rows: its steps are the pool's schedule (:func:`pool_steps`: each prompt, in
+  queue order, takes the slot that frees first and holds it for its budget), so a pool that drains (rows
+  finished, nothing left to admit) is priced at the steps it really runs, not at full slots. Each step reads
+  the weights once and every active row's filled cache (the decode kernel reads only filled columns; mean
+  prompt length + half the mean budget; active rows on average = the pool's tokens / its steps), at the
+  device's decode efficiency of its memory bandwidth. A prompt's share is its budget's part of its pool's
+  decode time. Every judgement is counted at its budget (``--max-new-tokens``, or the simulated lengths), so
+  the estimate is an upper bound where judges stop early;
 * compiles: the device's seconds per length bucket (its prefill, admission and decode programs, first runs
   included), plus ``UNROLL_COMPILE_S`` when the decode layer loop is unrolled.
 
-Each device's efficiencies are measured on it (Qwen3-8B shapes, bf16, docs/benchmarks.md). H200 (session 9):
-decode at 32K, batch 1, 172.7 tokens/s of a 239.9 bound (72%; batch 16: 83%), prefill at 32K 26,155 tokens/s
-(~62% of 989 TFLOP/s), 4 s of first calls per bucket. H100 (session 13, the whole-benchmark GRM race at 112
-samples, 0.25 length scale, 512-token judgements): the H200 rule on the H100's bandwidth and peak predicted
-prefill 57.0 s, decode 44.2 s and compiles 24.0 s; the run measured 58.4, 61.3 and 33.9 s, so the H100 prices
-prefill at 60%, decode at 52% (its short buckets decode 21-32 slots per step, where fixed per-step costs weigh
-more than at batch 1 and 128K: 83% there) and 6 s per bucket. An estimate says at most, so an efficiency is the
-lower of what was measured. A device not in the table (the CPU, TPUs, other GPUs) gets no estimate, only the plan.
+Each device's efficiencies are measured on it (Qwen3-8B shapes, bf16, docs/benchmarks.md, docs/perf_eval.md
+"Run estimate"), from whole-benchmark runs of `python -m longrm_jax.evaluate` priced by this rule at 100%:
+decode 57% of the bandwidth bound on an H200 (35 samples at full 4K-128K lengths, 2,048-token budgets: 141.1 s
+measured) and 58% on an H100 (112 samples, 0.25 length scale, 512-token budgets: 61.3 s); prefill at 62% of
+989 TFLOP/s on an H200 (26,155 tokens/s at 32K; the 35-sample run's prefill took 91% of what 62% prices) and
+60% on an H100; first calls 7 s per bucket on an H200 (34.2 s for five) and 6 s on an H100. An estimate says
+at most, so an efficiency is the lower of what was measured. A device not in the table (the CPU, TPUs, other
+GPUs) gets no estimate, only the plan.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from collections.abc import Sequence
 
@@ -53,15 +57,25 @@ class DeviceRates:
 # Matched by substring of ``jax.Device.device_kind`` (e.g. "NVIDIA H100 80GB HBM3"); spec sheet figures (SXM),
 # the peak as training.telemetry.PEAK_FLOPS and docs/flops.md.
 DEVICES = (
-    # GRM race, H200: 19.3 s of first calls for five buckets (docs/perf_eval.md).
-    DeviceRates("H200", 4.8e12, 989e12, 0.62, 0.72, 4.0, "efficiencies measured on an H200"),
+    # Prefill: 32K prompts, session 9. Decode and first calls: the 35-sample full-length GRM run of 2026-11-26
+    # (141.1 s of decode for 38,647 tokens, 34.2 s of first calls for five buckets).
+    DeviceRates("H200", 4.8e12, 989e12, 0.62, 0.57, 7.0, "efficiencies measured on an H200"),
     # GRM race, H100, 112 samples: 58.4 s prefill, 61.3 s decode, 33.9 s of first calls for six buckets.
-    DeviceRates("H100", 3.35e12, 989e12, 0.60, 0.52, 6.0, "efficiencies measured on an H100"),
+    DeviceRates("H100", 3.35e12, 989e12, 0.60, 0.58, 6.0, "efficiencies measured on an H100"),
 )
 
 
 def device_rates(device_kind: str) -> DeviceRates | None:
     return next((d for d in DEVICES if d.name in device_kind), None)
+
+
+def pool_steps(budgets: Sequence[int], slots: int) -> int:
+    """Decode steps of a pool of ``slots`` rows that generates ``budgets`` tokens, prompts admitted in order,
+    each to the slot that frees first (continuous batching's schedule; ``slots`` >= 1)."""
+    free_at = [0] * max(1, min(slots, len(budgets)))
+    for budget in budgets:
+        heapq.heapreplace(free_at, free_at[0] + int(budget))
+    return max(free_at)
 
 
 def prefill_flops(config, tokens: int) -> float:
@@ -107,14 +121,15 @@ def estimate_run(config, weight_bytes: int, pools: Sequence[Pool], lengths: Sequ
     prefill = decode = 0.0
     for pool in pools:
         prefill_one = prefill_flops(config, pool.bucket) / (priced.peak_flops * priced.prefill_mfu)
+        tokens = sum(budgets[i] for i in pool.items)
         mean_length = sum(lengths[i] for i in pool.items) / len(pool.items)
-        mean_budget = sum(budgets[i] for i in pool.items) / len(pool.items)
-        busy = min(pool.slots, len(pool.items))
-        step = (weight_bytes + busy * per_column * (mean_length + mean_budget / 2)) / (
+        steps = pool_steps([budgets[i] for i in pool.items], pool.slots)
+        active = tokens / steps  # rows decoding per step, on average over the pool's schedule
+        step = (weight_bytes + active * per_column * (mean_length + tokens / len(pool.items) / 2)) / (
             priced.bandwidth * priced.decode_efficiency)
         for i in pool.items:
-            prompt_seconds[i] = prefill_one + budgets[i] * step / busy
+            prompt_seconds[i] = prefill_one + budgets[i] * steps * step / tokens
             prefill += prefill_one
-            decode += budgets[i] * step / busy
+        decode += steps * step
     compile_s = len(pools) * (priced.compile_s_per_pool + (UNROLL_COMPILE_S if unrolled else 0.0))
     return RunEstimate(prefill, decode, compile_s, prompt_seconds, rates, device_kind)

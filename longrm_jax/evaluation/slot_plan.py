@@ -9,9 +9,11 @@ Budget of a pool of ``columns`` cache columns per slot on ``memory_bytes`` (a de
     MEMORY_FRACTION x memory - weights - prefill - admission = room; slots = room // per_slot
 
 * weights: every parameter as stored;
-* prefill: one prompt of ``columns`` tokens at most (prompts are prefilled one at a time): its own cache plus
-  the layer activations it keeps live, ~(4 hidden + 3 intermediate + q/k/v width) values per token;
-* admission: a rewritten slot row, twice one slot's cache;
+* prefill: one prompt of ``columns`` tokens at most (prompts are prefilled one at a time, straight into their
+  slot's cache row): the layer activations it keeps live, ~(4 hidden + q/k/v width) values per token plus
+  3 intermediate values per token of one MLP chunk (``config.mlp_chunk_tokens``, set by
+  ``generation.prepare_for_decoding``; the whole prompt when 0);
+* admission: the slot row's positions and segment ids, padded and rolled (a few int32 rows);
 * per slot: its cache columns (K and V of every layer, plus the position and segment id of each column) and
   the fp32 logits of a step (three vocab-wide rows).
 
@@ -46,10 +48,10 @@ def plan_slots(config, weight_bytes: int, columns: int, memory_bytes: int) -> di
     ``fits`` False when not even one slot fits (the pool then tries one)."""
     item = np.dtype(config.compute_dtype).itemsize
     per_column = kv_bytes_per_column(config)
-    width = (4 * config.hidden_size + 3 * config.intermediate_size
-             + (config.num_heads + 2 * config.num_kv_heads) * config.head_dim)
-    prefill = columns * (per_column + width * item)
-    admission = 2 * columns * per_column
+    mlp_tokens = min(columns, config.mlp_chunk_tokens or columns)
+    width = 4 * config.hidden_size + (config.num_heads + 2 * config.num_kv_heads) * config.head_dim
+    prefill = item * (columns * width + mlp_tokens * 3 * config.intermediate_size)
+    admission = 4 * columns * 8
     per_slot = columns * per_column + 3 * 4 * config.vocab_size
     free = int(MEMORY_FRACTION * memory_bytes) - weight_bytes - prefill - admission
     slots = int(max(1, min(MAX_SLOTS, free // per_slot)))

@@ -245,7 +245,7 @@ class Decoder(nnx.Module):
         self.layers.fuse_projections(self.config, self.rules)
 
     def __call__(self, input_ids, positions=None, segment_ids=None, *, cache: KVCache | None = None,
-                 prefill: bool = False):
+                 prefill: bool = False, write_at: tuple[jax.Array, jax.Array] | None = None):
         """(hidden [B, T, D], updated cache or None). See :meth:`CausalLM.__call__` for the arguments."""
         cfg = self.config
         batch, length = input_ids.shape
@@ -268,8 +268,11 @@ class Decoder(nnx.Module):
             x = self._run_layers(body, x, stacked)
             return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), None
 
+        if write_at is not None and not (prefill and batch == 1):
+            raise ValueError("write_at places one prompt's prefill (batch 1, prefill=True) into a cache row")
         seg = jnp.ones((batch, length), jnp.int32) if segment_ids is None else segment_ids
-        cache = cache.write_meta(positions, seg)
+        if write_at is None:
+            cache = cache.write_meta(positions, seg)
         mask = cache.attention_mask(positions, seg, length)
         decode_mask_bs = None if prefill else kernel_mask(mask, cfg.decode_attention, cfg.head_dim)
         start = cache.index
@@ -286,9 +289,14 @@ class Decoder(nnx.Module):
             x, k_all, v_all = carry
 
             def attend(q, k, v):
-                at = (i, zero, start, zero, zero)
-                k_new = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
-                v_new = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
+                if write_at is None:
+                    at = (i, zero, start, zero, zero)
+                    k_new = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
+                    v_new = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
+                else:  # scattered into one row of a (donated) slot pool, in place
+                    row, columns = write_at
+                    k_new = k_all.at[i, row, columns].set(k[0].astype(k_all.dtype), unique_indices=True)
+                    v_new = v_all.at[i, row, columns].set(v[0].astype(v_all.dtype), unique_indices=True)
                 if prefill:  # empty cache: plain (fast-kernel) attention over the new tokens only
                     out = attention(q, k, v, segment_ids=segment_ids, causal=True, impl=cfg.attention_impl,
                                     interpret=cfg.attention_interpret)
@@ -302,7 +310,7 @@ class Decoder(nnx.Module):
         unroll = cfg.unroll_cached_layers and not prefill
         x, k_all, v_all = self._run_layers(cached_body, (x, cache.k, cache.v), stacked, unroll=unroll)
         cache = KVCache(k=k_all, v=v_all, positions=cache.positions, segment_ids=cache.segment_ids,
-                        index=cache.index + length)
+                        index=cache.index + (0 if write_at is not None else length))
         return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), cache
 
 
@@ -354,7 +362,8 @@ class CausalLM(_DecoderHead):
         return self.model.embed[...].T if self.lm_head is None else self.lm_head[...]
 
     def __call__(self, input_ids, positions=None, segment_ids=None, *, cache: KVCache | None = None,
-                 prefill: bool = False, logits_at: jax.Array | None = None):
+                 prefill: bool = False, logits_at: jax.Array | None = None,
+                 write_at: tuple[jax.Array, jax.Array] | None = None):
         """Logits [B, T, V]; with ``cache``: (logits, new cache).
 
         input_ids, positions, segment_ids: int32 [B, T] (positions default: arange per segment; segment 0 =
@@ -362,8 +371,13 @@ class CausalLM(_DecoderHead):
         every earlier slot of their segment; ``prefill=True`` promises the cache is empty, so attention runs
         over the new tokens with the fast kernel. ``logits_at`` int32 [B]: return logits [B, 1, V] at that
         index per row only (e.g. each prompt's last token) instead of all T.
+
+        ``write_at`` (row, columns int32 [T]): a prefill of one prompt (B = 1) whose keys and values go to
+        cache row ``row`` at ``columns`` (a continuous-batching pool's ring columns) instead of slots from
+        ``cache.index``; the cache's positions, segment ids and index are left to the caller.
         """
-        hidden, new_cache = self.model(input_ids, positions, segment_ids, cache=cache, prefill=prefill)
+        hidden, new_cache = self.model(input_ids, positions, segment_ids, cache=cache, prefill=prefill,
+                                       write_at=write_at)
         if logits_at is not None:
             hidden = jnp.take_along_axis(hidden, logits_at.astype(jnp.int32)[:, None, None], axis=1)
         logits = jnp.einsum("btd,dv->btv", hidden, self.lm_head_weight().astype(hidden.dtype))
