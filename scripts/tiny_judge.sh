@@ -4,7 +4,7 @@
 # export -> Long-RewardBench evaluation with --both-orders; then the DisRM (Bradley-Terry, from the same LM) beside
 # it. Prints each step's wall time.
 # README "A judge from scratch". Run from the repository root: `bash scripts/tiny_judge.sh` (PYTHON=... to pick
-# the interpreter; arguments are ignored). Outputs: data/tiny_judge, runs/tiny_*, results/tiny_*.
+# the interpreter; arguments are ignored). Outputs: data/tiny_judge, runs/tiny_*, results/tiny_* (a re-run replaces them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python}"
@@ -26,9 +26,9 @@ step grm_sft "$PY" -m longrm_jax.train --config configs/tiny_grm_sft.yaml
 step grm_simpo "$PY" -m longrm_jax.train --config configs/tiny_grm_simpo.yaml
 step grm_export "$PY" -m longrm_jax.export --checkpoint runs/tiny_grm_simpo --out runs/tiny_grm_hf --overwrite
 step grm_eval "$PY" -m longrm_jax.evaluate --model-path runs/tiny_grm_hf --data-path "$DATA/long_rewardbench" \
-    --save-path results/tiny_grm --both-orders --dtype float32 --max-new-tokens 64
+    --save-path results/tiny_grm --both-orders --dtype float32 --max-new-tokens 64 --overwrite
 step disrm_bt "$PY" -m longrm_jax.train --config configs/tiny_disrm_bt.yaml
 step disrm_export "$PY" -m longrm_jax.export --checkpoint runs/tiny_disrm_bt --out runs/tiny_disrm_hf --overwrite
 step disrm_eval "$PY" -m longrm_jax.evaluate --model-path runs/tiny_disrm_hf --data-path "$DATA/long_rewardbench" \
-    --save-path results/tiny_disrm --is-disrm --both-orders --dtype float32
+    --save-path results/tiny_disrm --is-disrm --both-orders --dtype float32 --overwrite
 echo "plots: results/tiny_grm/accuracy_by_length.png results/tiny_disrm/accuracy_by_length.png"
