@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 # Prefills run each layer's MLP on token chunks of this many tokens (models.layers.tiled_mlp): a 128K-token
 # prompt's [T, 2, F] gate/up buffer (Qwen3-8B: 9 GiB with its product) would otherwise stand beside the slots'
-# caches; with it a second 128K slot fits an 80 GB GPU (docs/perf_eval.md "Long contexts").
+# caches; with it a second 128K slot fits an 80 GB GPU (docs/perf_eval.md "Slots from memory at every length").
 PREFILL_MLP_CHUNK_TOKENS = 8192
 
 
