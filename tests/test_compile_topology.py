@@ -137,6 +137,15 @@ def test_tpu_evaluator_programs_keep_splash(v5p_8):
                              max_new_tokens=0)
     assert disrm[0].counts.get("Mosaic TPU", 0) >= 1, disrm[0].counts
     assert all(0 < r.peak < v5p_8.chip.hbm_bytes for r in grm + disrm)
+    # FLOPs as docs/flops.md counts them, by hand for this model (XLA's figure counts loop bodies once).
+    n = 1 * (64 * 4 * 16 * 2 + 64 * 2 * 16 * 2 + 3 * 64 * 128)  # attention + MLP weights of the one layer
+    prompt = 2 * n * 512 + 2 * 1 * 4 * 16 * 512 ** 2
+    chips = mesh.devices.size  # 4: a v5p-8 slice has 4 chips
+    assert grm[0].counted == pytest.approx(2 * (prompt + 2 * 64 * 256) / chips)
+    attended = sum(512 + s for s in range(1, 9))  # columns each of the 8 decode steps attends
+    assert grm[1].counted == pytest.approx(2 * (8 * (2 * n + 2 * 64 * 256) + 4 * 4 * 16 * attended) / chips)
+    assert disrm[0].counted == pytest.approx(2 * (prompt + 2 * 64 * 1) / chips)
+    assert "per chip (XLA's cost analysis, loop bodies once:" in grm[0].describe(v5p_8.chip.hbm_bytes)
 
 
 def test_hlo_op_counts():

@@ -9,7 +9,9 @@ Programs, the jitted functions the evaluator runs (same modules, same shardings)
   the target devices).
 The model is abstract: its parameters are ``ShapeDtypeStruct``s placed by their logical names on the mesh, as
 ``load_pretrained`` would place the weights. Each program is reported per chip: arguments (weights, cache),
-temporaries and peak against the chip's HBM, FLOPs from XLA's cost analysis, kernels and collectives.
+temporaries and peak against the chip's HBM, FLOPs, kernels and collectives. FLOPs are counted as
+docs/flops.md counts them (:func:`counted_flops`), beside XLA's cost analysis, which counts the body of a loop
+(the scanned layers, the tiled prefill MLP's chunks, the decode steps) once.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import NamedSharding
 
+from longrm_jax.evaluation.estimate import prefill_flops
 from longrm_jax.evaluation.generation import _jitted_decode, _jitted_prefill, prepare_for_decoding
 from longrm_jax.evaluation.scoring import _JITTED_CLASSIFIER, _JITTED_GATHERED
+from longrm_jax.models.config import decoder_matmul_params, output_head_params
 from longrm_jax.models.decoder import build_model
 from longrm_jax.ops.flash import compiling_for
 from longrm_jax.parallel.compiled import cost_flops, describe_counts, flop_text, hlo_op_counts
@@ -37,23 +41,37 @@ class ProgramReport:
     outputs: int
     temp: int
     peak: int
-    flops: float | None
+    flops: float | None  # XLA's cost analysis, per chip (loop bodies once)
     counts: dict = field(default_factory=dict)
+    counted: float = 0.0  # docs/flops.md count, per chip
 
     def describe(self, hbm: int) -> str:
-        flops = "n/a" if self.flops is None else flop_text(self.flops)
+        xla = "n/a" if self.flops is None else flop_text(self.flops)
         return (f"{self.name}: arguments {self.arguments / GiB:.2f} + outputs {self.outputs / GiB:.2f} + "
                 f"temporaries {self.temp / GiB:.2f} = peak {self.peak / GiB:.2f} GiB of {hbm / GiB:.1f} "
-                f"({'fits' if self.peak <= hbm else 'DOES NOT FIT'}); {flops} per chip; "
-                f"{describe_counts(self.counts)}")
+                f"({'fits' if self.peak <= hbm else 'DOES NOT FIT'}); {flop_text(self.counted)} per chip "
+                f"(XLA's cost analysis, loop bodies once: {xla}); {describe_counts(self.counts)}")
 
 
-def _program(name: str, compiled) -> ProgramReport:
+def counted_flops(mcfg, program: str, rows: int, length: int, steps: int = 0) -> float:
+    """FLOPs of one run of an evaluator program over all chips, as docs/flops.md counts a forward: prompt
+    forwards (``2 N S + 2 L H d S^2`` per row, plus the head at the pooled or last token), or ``steps`` decode
+    steps per row, each ``2 N`` plus the head plus attention over the cached columns (``4 L H d`` per column,
+    ``length + step`` of them)."""
+    head = 2 * output_head_params(mcfg, "classifier" if program == "scoring" else "causal_lm")
+    if program in ("prefill", "scoring"):
+        return rows * (prefill_flops(mcfg, length) + head)
+    per_column = 4 * mcfg.num_layers * mcfg.num_heads * mcfg.head_dim
+    columns = steps * length + steps * (steps + 1) / 2  # sum over steps of the columns attended
+    return rows * (steps * (2 * decoder_matmul_params(mcfg) + head) + per_column * columns)
+
+
+def _program(name: str, compiled, counted: float) -> ProgramReport:
     ma = compiled.memory_analysis()
     args, outs, alias, temp = (int(getattr(ma, f"{k}_size_in_bytes", 0) or 0)
                                for k in ("argument", "output", "alias", "temp"))
     return ProgramReport(name, args, outs, temp, args + outs - alias + temp, cost_flops(compiled),
-                         hlo_op_counts(compiled.as_text()))
+                         hlo_op_counts(compiled.as_text()), counted)
 
 
 def abstract_model(mcfg, mesh, *, decoding: bool, decode_attention: str = "auto"):
@@ -87,6 +105,7 @@ def compile_programs(mcfg, topology: Topology, mesh, *, is_disrm: bool, rows: in
     ids, positions = _tokens(mesh, rows, length), _tokens(mesh, rows, length)
     rows_only = _tokens(mesh, rows, length, names=("batch",))
     reports = []
+    chips = mesh.devices.size
     model = abstract_model(mcfg, mesh, decoding=not is_disrm, decode_attention=decode_attention)
     with compiling_for(list(mesh.devices.flat)), jax.set_mesh(mesh):
         if is_disrm:
@@ -94,17 +113,19 @@ def compile_programs(mcfg, topology: Topology, mesh, *, is_disrm: bool, rows: in
                 compiled = _JITTED_CLASSIFIER.lower(model, ids).compile()
             else:
                 compiled = _JITTED_GATHERED.lower(model, ids, positions, rows_only).compile()
-            return [_program(f"scoring [{rows} x {length}]", compiled)]
+            return [_program(f"scoring [{rows} x {length}]", compiled,
+                             counted_flops(mcfg, "scoring", rows, length) / chips)]
         letters = jax.ShapeDtypeStruct((4,), jnp.int32, sharding=NamedSharding(mesh, logical_to_spec(None)))
         prefill = _jitted_prefill(length + max_new_tokens).lower(model, ids, positions, rows_only, letters)
         compiled = prefill.compile()
-        reports.append(_program(f"prefill [{rows} x {length}]", compiled))
+        reports.append(_program(f"prefill [{rows} x {length}]", compiled,
+                                counted_flops(mcfg, "prefill", rows, length) / chips))
         cache, first, first_letters = _with_shardings(prefill.out_info, compiled.output_shardings)
         stops = jax.ShapeDtypeStruct((2,), jnp.int32, sharding=NamedSharding(mesh, logical_to_spec(None)))
         decode = _jitted_decode(max_new_tokens, int(mcfg.pad_token_id or 0), topology.platform != "cpu")
         compiled = decode.lower(model, cache, first, first_letters, rows_only, stops, letters).compile()
         reports.append(_program(f"decode [{rows} rows, cache {length + max_new_tokens}, {max_new_tokens} steps]",
-                                compiled))
+                                compiled, counted_flops(mcfg, "decode", rows, length, max_new_tokens) / chips))
     return reports
 
 
