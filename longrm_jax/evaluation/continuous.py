@@ -128,8 +128,6 @@ def _decode_chunk(model, cache, state: SlotState, stop_ids, letter_ids, stop_on_
 
     Stops early when every active row is done, or (``stop_on_finish``: prompts are waiting) when some row
     finished during this call."""
-    from longrm_jax.evaluation.decoding import letter_logprobs
-
     total = cache.k.shape[2]
     entry_done = state.done
 

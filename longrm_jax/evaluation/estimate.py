@@ -18,7 +18,7 @@ The rule (docs/perf_eval.md, "Run estimate"):
 
 Each device's efficiencies are measured on it (Qwen3-8B shapes, bf16, docs/benchmarks.md, docs/perf_eval.md
 "Run estimate"), from whole-benchmark runs of `python -m longrm_jax.evaluate` priced by this rule at 100%:
-decode 57% of the bandwidth bound on an H200 (35 samples at full 4K-128K lengths, 2,048-token budgets: 141.1 s
+decode 57% of the bandwidth bound on an H200 (35 samples at full context lengths, 4K-64K, 2,048-token budgets: 141.1 s
 measured) and 58% on an H100 (112 samples, 0.25 length scale, 512-token budgets: 61.3 s); prefill at 62% of
 989 TFLOP/s on an H200 (26,155 tokens/s at 32K; the 35-sample run's prefill took 91% of what 62% prices) and
 60% on an H100; first calls 7 s per bucket on an H200 (34.2 s for five) and 6 s on an H100. An estimate says
