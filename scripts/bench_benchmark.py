@@ -66,9 +66,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--peer-model", help=argparse.SUPPRESS)
     g.add_argument("--peer-slot-plan", help=argparse.SUPPRESS)
     g.add_argument("--peer-data", help=argparse.SUPPRESS)
-    # The peer on the length buckets up to N only (issue 31's extrapolation: a bucket measured in another call is
-    # left out, its time added from there; every skipped bucket is printed).
+    # The peer on the length buckets from --peer-min-length up to --peer-max-length only (issue 31's
+    # extrapolation: a bucket measured in another call is left out, its time added from there; every skipped
+    # bucket is printed).
     g.add_argument("--peer-max-length", type=int, default=None, help=argparse.SUPPRESS)
+    g.add_argument("--peer-min-length", type=int, default=None, help=argparse.SUPPRESS)
     g.add_argument("--checkpoint-part", nargs=3, metavar=("PRESET", "HEAD", "PATH"), help=argparse.SUPPRESS)
 
 
@@ -208,9 +210,11 @@ def peer_part(args) -> dict:
             plan = json.loads(args.peer_slot_plan or "{}")  # bucket -> rows, as our slot pools had
             batches = []
             for bucket_batch in plan_batches([len(s) for s in seqs], max_rows=len(seqs)):  # one per bucket
-                if args.peer_max_length and bucket_batch.length > args.peer_max_length:
+                if (args.peer_max_length and bucket_batch.length > args.peer_max_length) or \
+                        (args.peer_min_length and bucket_batch.length < args.peer_min_length):
                     print(f"[peer] bucket {bucket_batch.length}: {len(bucket_batch.items)} prompts skipped "
-                          f"(--peer-max-length {args.peer_max_length})", file=sys.stderr, flush=True)
+                          f"(buckets {args.peer_min_length or 0}..{args.peer_max_length or 'any'} tokens)",
+                          file=sys.stderr, flush=True)
                     continue
                 rows = plan.get(str(bucket_batch.length), args.peer_slots or 4)
                 batches += [bucket_batch.items[i:i + rows] for i in range(0, len(bucket_batch.items), rows)]

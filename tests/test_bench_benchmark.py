@@ -55,3 +55,10 @@ def test_benchmark_smoke(capsys, tmp_path):
     result = __import__("json").loads(captured.out.split("BENCH_RESULT", 1)[1])
     skipped = [int(n) for n in re.findall(r"\[peer\] bucket \d+: (\d+) prompts skipped", captured.err)]
     assert result["generated_tokens"] == 0 and sum(skipped) == result["sequences"] > 0
+    # --peer-min-length: a bucket below it is left out likewise (its time measured in another call)
+    assert bench.main(["--benchmark", "--smoke", "--peer-part", "grm", "--peer-model", str(tmp_path / "grm"),
+                       "--peer-data", str(tmp_path / "data"), "--peer-min-length", str(1 << 30)]) == 0
+    captured = capsys.readouterr()
+    result = __import__("json").loads(captured.out.split("BENCH_RESULT", 1)[1])
+    skipped = [int(n) for n in re.findall(r"\[peer\] bucket \d+: (\d+) prompts skipped", captured.err)]
+    assert result["generated_tokens"] == 0 and sum(skipped) == result["sequences"] > 0

@@ -1,0 +1,47 @@
+# Call K (H200, issue 31): the races the H100 ran in session 13, on an H200, each part one 10-minute call.
+#   PART=disrm  the DisRM race, ours and the transformers peer in one process (SAMPLES, default 140: ours
+#               ~95 s + peer ~150 s on an H200 at session 14's rates; 280 did not fit one call there).
+#   PART=grm    ours alone on the GRM race of session 13 (112 samples, contexts 1K-32K, judgements up to 512
+#               tokens); prints ours' slot plan as PLAN=... for the peer parts.
+#   PART=peer   the transformers peer on the buckets MINLEN..MAXLEN of the same data (seed 0: the same prompts),
+#               with ours' slot plan PLAN (JSON: bucket -> rows), e.g.
+#               PART=peer PLAN='{"49152": 6, ...}' MINLEN=49152 bash scripts/device/callK_h200_races.sh
+# The peer's per-batch times are printed ([peer] lines); buckets left out are named, to be added from their call.
+source scripts/device/common.sh
+PART=${PART:?PART=disrm, grm or peer}
+case $PART in
+disrm)
+  S=${SAMPLES:-140}
+  timeout ${LIMIT:-560} python3 scripts/bench_eval.py --benchmark --kinds disrm --samples $S --length-scale 0.25 \
+    --workdir /tmp/bwd --benchmarks-md $OUT/bench.md > $OUT/disrm_race$S.log 2>&1
+  echo "rc=$?"
+  find /tmp/bwd -name timings.json -exec cp {} $OUT/ours_timings.json \;
+  grep -v "^\s*$" $OUT/disrm_race$S.log | grep -vi warning | tail -14 | cut -c1-700
+  ;;
+grm)
+  timeout ${LIMIT:-560} python3 scripts/bench_eval.py --benchmark --kinds grm --samples 112 --length-scale 0.25 \
+    --max-new-tokens 512 --no-peer --workdir /tmp/bwg --benchmarks-md $OUT/bench.md > $OUT/grm_ours.log 2>&1
+  echo "rc=$?"
+  find /tmp/bwg -name timings.json -exec cp {} $OUT/ours_timings.json \;
+  grep -iE "slot|estimate|samples/h|prefill|decode|wall" $OUT/grm_ours.log | tail -24 | cut -c1-300
+  python3 -c "import json; t=json.load(open('$OUT/ours_timings.json')); print('PLAN=' + json.dumps(t.get('slot_plan', {})))"
+  ;;
+peer)
+  W=/tmp/bk; rm -rf $W; mkdir -p $W
+  python3 - <<PYEOF || exit 1
+import argparse, sys, time
+sys.path.insert(0, "scripts")
+import bench_benchmark as bb
+a = argparse.Namespace(samples=112, length_scale=0.25, smoke=False, scale=None, max_new_tokens=512,
+                       grm_preset="qwen3_8b", disrm_preset="llama31_8b")
+t = time.time(); print("lengths", bb.write_data(a, "$W/data"), flush=True)
+bb.write_checkpoint(a, "$W/grm", "causal_lm"); print("checkpoint written in %.1f s" % (time.time() - t), flush=True)
+PYEOF
+  timeout ${LIMIT:-500} python3 scripts/bench_eval.py --benchmark --peer-part grm --peer-model $W/grm \
+    --peer-data $W/data --max-new-tokens 512 --peer-slot-plan "${PLAN:?PLAN from PART=grm}" \
+    ${MINLEN:+--peer-min-length $MINLEN} ${MAXLEN:+--peer-max-length $MAXLEN} > $OUT/peer.out 2> $OUT/peer.err
+  echo "rc=$?"
+  grep "^\[peer\]" $OUT/peer.err | cut -c1-300
+  tail -3 $OUT/peer.out | cut -c1-600
+  ;;
+esac
