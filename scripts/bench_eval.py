@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import subprocess
@@ -178,11 +179,13 @@ def part_disrm_torch(args) -> dict:
 
 def part_decode_jax(args) -> dict:
     import jax
+    import jax.numpy as jnp
     import numpy as np
     from flax import nnx
 
     from longrm_jax.evaluation.batching import Batch, pad_rows
     from longrm_jax.evaluation.generation import GreedyGenerator, prepare_for_decoding
+    from longrm_jax.evaluation.decoding import letter_logprobs
     from longrm_jax.models import build_model
 
     cfg = model_config(args, "causal_lm")
@@ -199,10 +202,11 @@ def part_decode_jax(args) -> dict:
     ids, lengths = pad_rows(prompts, Batch(context, batch_rows, tuple(range(batch_rows))), cfg.pad_token_id)
     ids, positions, last = gen._prefill_inputs(ids, lengths)
     prefill = gen._prefill_fn(context + steps)
-    # Rows prefilled per call: all at once up to 8; beyond, 2 at a time written into the batch's cache (a
-    # 16 x 32K prefill's activations next to a 16-row cache do not fit; the evaluator's continuous path
-    # prefills one prompt at a time for the same reason). Decode, the measured part, is the same either way.
-    group = args.decode_prefill_rows or (batch_rows if batch_rows <= 8 else 2)
+    # Rows prefilled per call: all at once while that is at most 128K tokens; beyond, one row per call written
+    # straight into its row of the batch's cache (``write_at``, as the evaluator's continuous pool admits a
+    # prompt): no cache of the row beside the batch's, which at 128K is 18 GiB more for Qwen3-8B (a 2 x 128K
+    # batch ran an H100 out of memory that way). Decode, the measured part, is the same either way.
+    group = args.decode_prefill_rows or (batch_rows if batch_rows * context <= 131_072 else 1)
     if batch_rows % group:
         raise SystemExit(f"--decode-prefill-rows {group} must divide --decode-batch {batch_rows}")
 
@@ -213,6 +217,18 @@ def part_decode_jax(args) -> dict:
                                    positions=at(cache.positions, part.positions, 0),
                                    segment_ids=at(cache.segment_ids, part.segment_ids, 0), index=part.index)
 
+    @functools.partial(jax.jit, donate_argnums=(1,))
+    def prefill_into(model, cache, row_ids, row_positions, row_last, row):
+        span = row_ids.shape[1]
+        logits, cache = model(row_ids, positions=row_positions, cache=cache, prefill=True, logits_at=row_last,
+                              write_at=(row, jnp.arange(span, dtype=jnp.int32)))
+        meta = lambda full, new: jax.lax.dynamic_update_slice(full, new, (row, jnp.zeros((), jnp.int32)))  # noqa: E731
+        cache = dataclasses.replace(cache, positions=meta(cache.positions, row_positions.astype(jnp.int32)),
+                                    segment_ids=meta(cache.segment_ids, jnp.ones_like(row_ids, jnp.int32)),
+                                    index=jnp.asarray(span, jnp.int32))
+        last = logits[:, 0]
+        return cache, jnp.argmax(last, axis=-1).astype(jnp.int32), letter_logprobs(last, gen.letter_ids)
+
     def prefill_all():
         if group == batch_rows:
             return prefill(model, ids, positions, last, gen.letter_ids)
@@ -220,12 +236,16 @@ def part_decode_jax(args) -> dict:
         firsts, letters = [], []
         for row in range(0, batch_rows, group):
             rows = slice(row, row + group)
-            part, first, letter = prefill(model, ids[rows], positions[rows], last[rows], gen.letter_ids)
-            cache = place(cache, part, row)
+            if group == 1:
+                cache, first, letter = prefill_into(model, cache, ids[rows], positions[rows], last[rows],
+                                                    jnp.asarray(row, jnp.int32))
+            else:
+                part, first, letter = prefill(model, ids[rows], positions[rows], last[rows], gen.letter_ids)
+                cache = place(cache, part, row)
+                del part
             firsts.append(first)
             letters.append(letter)
-            del part
-        return cache, jax.numpy.concatenate(firsts), jax.numpy.concatenate(letters)
+        return cache, jnp.concatenate(firsts), jnp.concatenate(letters)
 
     def run():
         start = time.perf_counter()
@@ -234,12 +254,12 @@ def part_decode_jax(args) -> dict:
         mid = time.perf_counter()
         tokens, _, taken, _ = gen._decode(model, cache, first, letters, lengths, gen.stop_ids, gen.letter_ids)
         tokens.block_until_ready()
-        return mid - start, time.perf_counter() - mid, int(taken)
+        return mid - start, time.perf_counter() - mid, int(taken), np.asarray(tokens)
 
     run()  # compile both
     for _ in range(args.warmup):
         run()
-    prefill_s, decode_s, taken = run()
+    prefill_s, decode_s, taken, tokens = run()
     weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     if not cfg.tie_word_embeddings:  # a step reads one embedding row, not the table
         weight_bytes -= cfg.vocab_size * cfg.hidden_size * np.dtype(cfg.param_dtype).itemsize
@@ -252,7 +272,9 @@ def part_decode_jax(args) -> dict:
                 decode_seconds=decode_s, weight_bytes=weight_bytes, cache_bytes=int(cache_bytes),
                 bound_tokens_per_s=None if bandwidth is None else batch_rows * bandwidth / (weight_bytes + cache_bytes),
                 bandwidth=bandwidth, device=kind, xla_flags=os.environ.get("XLA_FLAGS", ""),
-                decode_attention=model.config.decode_attention)
+                decode_attention=model.config.decode_attention,
+                # the tokens' digest: prefill layouts (--decode-prefill-rows) must give the same greedy tokens
+                tokens_digest=hashlib.sha256(tokens.astype(np.int32).tobytes()).hexdigest()[:16])
 
 
 PARTS = {"disrm-jax": part_disrm_jax, "disrm-shared-jax": part_disrm_shared_jax, "disrm-torch": part_disrm_torch,
@@ -387,7 +409,8 @@ def main(argv=None) -> int:
                    help="decode with the training weight layout (separate q/k/v and gate/up weights) instead of "
                         "the evaluator's fused one (evaluation.generation.prepare_for_decoding)")
     p.add_argument("--decode-prefill-rows", type=int, default=None,
-                   help="GRM rows prefilled per call (default: all up to 8, else 2)")
+                   help="GRM rows prefilled per call (default: all while that is <= 128K tokens, else 1, each "
+                        "written straight into its cache row)")
     p.add_argument("--decode-attention", choices=("auto", "xla", "pallas"), default="auto",
                    help="decode-step attention as `python -m longrm_jax.evaluate --decode-attention` (auto: the "
                         "Triton kernel on one GPU)")

@@ -37,3 +37,22 @@ def test_bench_eval_smoke(capsys):
                        "--decode-steps", "4", "--no-record"]) == 0
     out = capsys.readouterr().out
     assert "| 128 | 1 |" in out and "failed" not in out and "GRM greedy decode" in out
+
+
+@pytest.mark.slow
+def test_decode_prefill_into_cache_rows_gives_the_same_tokens(capsys):
+    """--decode-prefill-rows 1 writes each row's prefill straight into its row of the batch's cache (how a 2 x 128K
+    batch fits an H100); the greedy tokens equal those of the whole batch prefilled at once, and of 2-row parts."""
+    import json
+
+    bench = _load_bench()
+    digests = {}
+    for rows in (1, 2, 4):
+        capsys.readouterr()
+        assert bench.main(["--smoke", "--part", "decode-jax", "--decode-context", "48", "--decode-steps", "6",
+                           "--decode-batch", "4", "--decode-prefill-rows", str(rows), "--warmup", "0"]) == 0
+        out = capsys.readouterr().out
+        result = json.loads(out.split(bench.RESULT_TAG, 1)[1])
+        assert result["decode_tokens"] == 4 * 5
+        digests[rows] = result["tokens_digest"]
+    assert digests[1] == digests[2] == digests[4], digests
