@@ -149,3 +149,43 @@ def test_synthetic_bench_files_read_back(tmp_path):
         if r.candidate_scores:
             assert list(r.candidate_scores) == sorted(r.candidate_scores, reverse=True)
     assert os.path.basename(recs[0].provenance.source) == "LongQA.jsonl"
+
+
+ASSISTANT = lambda text: [{"role": "assistant", "content": text}]  # noqa: E731
+TRL_ROWS = [  # TRL's dataset formats (standard and conversational), each with what we read from it
+    ({"prompt": "question?", "completion": "answer"}, "sft", ("question?",), "answer"),
+    ({"prompt": MSGS, "completion": ASSISTANT("answer")}, "sft", ("sys", "question"), "answer"),
+    ({"prompt": "question?", "chosen": "good", "rejected": "bad"}, "preference", ("question?",), ("good", ("bad",))),
+    ({"prompt": MSGS, "chosen": ASSISTANT("good"), "rejected": ASSISTANT("bad")}, "preference", ("sys", "question"),
+     ("good", ("bad",))),
+    ({"chosen": MSGS + ASSISTANT("good"), "rejected": MSGS + ASSISTANT("bad")}, "preference", ("sys", "question"),
+     ("good", ("bad",))),  # implicit prompt: the turns both share
+]
+
+
+@pytest.mark.parametrize("row,kind,prompt,want", TRL_ROWS, ids=["sft-text", "sft-messages", "pref-text",
+                                                               "pref-messages", "pref-implicit-prompt"])
+def test_trl_dataset_formats(tmp_path, row, kind, prompt, want):
+    (rec,) = read_records(_jsonl(tmp_path / "trl.jsonl", [row]))  # the format detected from the fields
+    assert isinstance(rec, SFTRecord if kind == "sft" else PreferenceRecord)
+    assert tuple(m["content"] for m in rec.prompt) == prompt
+    assert (rec.response if kind == "sft" else (rec.chosen, rec.rejected)) == want
+
+
+TRL_BAD = [
+    ({"prompt": MSGS, "chosen": ASSISTANT("good") * 2, "rejected": ASSISTANT("bad")},
+     r"field 'chosen': expected one assistant message, got 2 messages"),
+    ({"prompt": MSGS, "chosen": [{"role": "user", "content": "x"}], "rejected": ASSISTANT("bad")},
+     r"field 'chosen\[0\].role': expected 'assistant', got 'user'"),
+    ({"chosen": MSGS + ASSISTANT("good"), "rejected": MSGS[1:] + ASSISTANT("bad")},
+     r"field 'rejected': without a 'prompt' field, chosen and rejected must share every turn but their last"),
+    ({"chosen": ASSISTANT("good"), "rejected": ASSISTANT("bad")}, r"field 'chosen': missing prompt"),
+    ({"prompt": "q", "completion": ASSISTANT("")}, r"field 'completion\[0\].content': empty response"),
+]
+
+
+@pytest.mark.parametrize("row,pattern", TRL_BAD, ids=["two-messages", "not-assistant", "prompts-differ",
+                                                      "no-prompt", "empty-completion"])
+def test_trl_dataset_format_errors_name_the_field(tmp_path, row, pattern):
+    with pytest.raises(DataError, match=rf"trl.jsonl: line 1, {pattern}"):
+        read_records(_jsonl(tmp_path / "trl.jsonl", [row]))

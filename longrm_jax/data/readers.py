@@ -6,9 +6,12 @@ parquet (through `datasets`), and `datasets.save_to_disk` directories (a `Datase
 
 Formats (`parse_*`, or `format="auto"`, detected from the first row's fields):
 - `sft`: upstream SFT rows: `chat_template` (messages; prompt) + `golden` (target); without `golden`, a final
-  assistant message of `chat_template`/`messages` is the target. `prompt` (messages or text) + `response` too.
+  assistant message of `chat_template`/`messages` is the target. `prompt` (messages or text) + `response` too,
+  and TRL's prompt-completion rows (`prompt` + `completion`: text, or one assistant message).
 - `preference`: upstream rows (`chat_template`, `chosen` str, `rejects` list) and generic rows (`prompt`
-  messages or text, `chosen`, `rejected` str or list).
+  messages or text, `chosen`, `rejected` str or list), TRL's preference rows included: conversational
+  (`chosen` / `rejected` one assistant message each) and with an implicit prompt (no `prompt`; `chosen` and
+  `rejected` whole conversations that share every turn but their last, assistant one).
 - `long_rewardbench`: Long-RewardBench `{Task}.jsonl` rows (docs/upstream.md, "Long-RewardBench"), PairWise and BestOfN (no
   `tasktype`: pairwise, as upstream).
 - `longform`: Long-form RewardBench records (docs/upstream.md, "Long-form RewardBench").
@@ -201,11 +204,30 @@ class _Row:
             out.append({"role": m["role"], "content": m["content"]})
         return tuple(out)
 
+    def response(self, field: str, value: Any = _MISSING) -> str:
+        """A response given as text or, as TRL's conversational rows give it, as one assistant message."""
+        value = self.get(field) if value is _MISSING else value
+        if isinstance(value, (list, tuple)) and value and all(isinstance(m, dict) for m in value):
+            if len(value) != 1:
+                raise self.error(field, f"expected one assistant message, got {len(value)} messages")
+            role = value[0].get("role")
+            if role != "assistant":
+                raise self.error(f"{field}[0].role", f"expected 'assistant', got {role!r}")
+            return self.text(f"{field}[0].content", value[0].get("content"))
+        return self.text(field, value)
+
+    def responses(self, field: str) -> tuple[str, ...]:
+        """One or more responses: text, a list of texts, or one assistant message (TRL's conversational rows)."""
+        value = self.get(field)
+        if isinstance(value, (list, tuple)) and value and all(isinstance(m, dict) for m in value):
+            return (self.response(field, value),)
+        return self.text_list(field, allow_str=True)
+
     def meta(self, used: set[str]) -> dict:
         return {k: v for k, v in self.row.items() if k not in used and isinstance(v, (str, int, float, bool))}
 
 
-_RESPONSE_FIELDS = {"golden", "response", "chosen", "rejected", "rejects", "candidates"}
+_RESPONSE_FIELDS = {"golden", "response", "completion", "chosen", "rejected", "rejects", "candidates"}
 
 
 def _describe(value) -> str:
@@ -215,11 +237,11 @@ def _describe(value) -> str:
 def parse_sft(r: _Row) -> SFTRecord:
     prompt_field = next((f for f in ("chat_template", "messages", "prompt") if r.has(f)), "chat_template")
     prompt = r.messages(prompt_field)
-    response_field = next((f for f in ("golden", "response") if r.has(f)), None)
+    response_field = next((f for f in ("golden", "response", "completion") if r.has(f)), None)
     if response_field is not None:
         if prompt[-1]["role"] == "assistant":
             raise r.error(prompt_field, f"ends with an assistant turn and '{response_field}' is also given")
-        response = r.text(response_field)
+        response = r.response(response_field)
     elif prompt[-1]["role"] == "assistant" and len(prompt) > 1:
         response = r.text(f"{prompt_field}[{len(prompt) - 1}].content", prompt[-1]["content"])
         prompt = prompt[:-1]
@@ -229,12 +251,30 @@ def parse_sft(r: _Row) -> SFTRecord:
 
 
 def parse_preference(r: _Row) -> PreferenceRecord:
+    rejected_field = "rejects" if r.has("rejects") else "rejected"
+    if not r.has("chat_template") and not r.has("prompt"):
+        return _implicit_prompt_preference(r, rejected_field)
     prompt_field = "chat_template" if r.has("chat_template") else "prompt"
     prompt = r.messages(prompt_field)
-    chosen = r.text("chosen")
-    rejected_field = "rejects" if r.has("rejects") else "rejected"
-    rejected = r.text_list(rejected_field, allow_str=True)
+    chosen = r.response("chosen")
+    rejected = r.responses(rejected_field)
     return PreferenceRecord(prompt, chosen, rejected, r.prov, r.meta({prompt_field, "chosen", rejected_field}))
+
+
+def _implicit_prompt_preference(r: _Row, rejected_field: str) -> PreferenceRecord:
+    """TRL's implicit-prompt rows: ``chosen`` and ``rejected`` are whole conversations; the prompt is the turns
+    they share, each one's last (assistant) turn its response."""
+    chosen, rejected = r.messages("chosen"), r.messages(rejected_field)
+    for field, conversation in (("chosen", chosen), (rejected_field, rejected)):
+        if len(conversation) < 2 or conversation[-1]["role"] != "assistant":
+            raise r.error(field, "missing prompt: without a 'prompt' field, chosen and rejected must be "
+                                 "conversations ending in an assistant turn")
+    if chosen[:-1] != rejected[:-1]:
+        raise r.error(rejected_field, "without a 'prompt' field, chosen and rejected must share every turn but "
+                                      "their last; they differ before it")
+    return PreferenceRecord(chosen[:-1], r.text(f"chosen[{len(chosen) - 1}].content", chosen[-1]["content"]),
+                            (r.text(f"{rejected_field}[{len(rejected) - 1}].content", rejected[-1]["content"]),),
+                            r.prov, r.meta({"chosen", rejected_field}))
 
 
 def parse_long_rewardbench(r: _Row) -> BenchRecord:
@@ -310,7 +350,7 @@ def detect_format(row: dict) -> str:
         if "subset" in row and isinstance(row.get("prompt"), str) and isinstance(row.get("chosen"), list):
             return "longform"
         return "preference"
-    if "golden" in row or "response" in row or "messages" in row or "chat_template" in row:
+    if "golden" in row or "response" in row or "messages" in row or "chat_template" in row or "completion" in row:
         return "sft"
     raise ValueError(f"cannot detect the data format from fields {sorted(row)}")
 
