@@ -116,6 +116,33 @@ def test_cli_refuses_a_hopeless_step_before_compiling(v5p_8, monkeypatch, capsys
     assert "(lower bound: train state" in err and "available 0.00 GiB (model.remat=full; before compiling)" in err
 
 
+@pytest.mark.slow
+@needs_libtpu
+def test_multislice_mesh_puts_the_slices_on_the_outer_axes(v5p_8, caplog):
+    """``--topology v5p-8 --topology-slices 2``: the 8 chips of two slices. ``data`` 2 spans the slices (the
+    gradient reduction is all that crosses the data-center network); with ``fsdp`` 8 alone, fsdp spans them and a
+    warning says so. Both compile."""
+    import logging
+
+    import numpy as np
+
+    from longrm_jax.parallel.mesh import make_mesh
+    from longrm_jax.training.compile_only import compile_train_step
+
+    two = topo.parse("v5p-8", slices=2)
+    devices = two.devices()
+    mesh = make_mesh(data=2, fsdp=4, devices=devices)
+    slice_of = np.vectorize(lambda d: d.slice_index)(mesh.devices)
+    assert (slice_of[0] == 0).all() and (slice_of[1] == 1).all()  # data index = slice
+    with caplog.at_level(logging.WARNING):
+        make_mesh(fsdp=8, devices=devices)
+    assert "fsdp (2) cross the data-center network" in caplog.text
+    for sizes in ({"mesh.data": 2, "mesh.fsdp": 2, "mesh.seq": 2}, {"mesh.fsdp": 8, "mesh.seq": 1}):
+        report = compile_train_step(_tiny("simpo", **sizes), two)
+        assert report.fits, report.error
+        assert report.kernels["gradients"].get("Mosaic TPU", 0) >= 1
+
+
 @needs_libtpu
 def test_tpu_evaluator_programs_keep_splash(v5p_8):
     import jax

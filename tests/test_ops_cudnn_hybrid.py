@@ -157,6 +157,29 @@ def test_auto_picks_the_fastest_fwd_bwd_kernel(monkeypatch):
     assert dispatch.local_impl("pallas-mosaic") == "pallas-mosaic"
 
 
+def test_auto_runs_fp32_attention_through_xla_on_a_gpu(monkeypatch, caplog):
+    """The GPU flash kernels take bf16 / fp16 (tokamax's Mosaic kernel raised "Unsupported precision: F32_F32_F32"
+    compiling a fp32 model for h100x8): ``auto`` picks XLA's attention for fp32 queries, warns once as a slow path
+    naming model.compute_dtype, and keeps the kernels for bf16 and for the default (no dtype given)."""
+    import jax.numpy as jnp
+
+    from longrm_jax.ops import slow_paths
+
+    monkeypatch.setattr(dispatch, "target_of", lambda *a: Target("gpu", "NVIDIA H100", 9.0))
+    monkeypatch.setattr(flash, "tokamax_available", lambda: True)
+    monkeypatch.setattr(flash, "hybrid_available", lambda *a: True)
+    slow_paths.reset()
+    with caplog.at_level(logging.WARNING, logger="longrm_jax.ops.slow_paths"):
+        assert dispatch.local_impl("auto", dtype=jnp.float32) == "xla"
+        assert dispatch.local_impl("auto", has_segment_ids=True, dtype=jnp.float32) == "xla"
+    assert dispatch.local_impl("auto", dtype=jnp.bfloat16) == "pallas"
+    assert dispatch.local_impl("auto", dtype=jnp.float16) == "pallas"
+    assert dispatch.resolve_impl("auto", dtype=jnp.float32) == "xla"
+    assert slow_paths.counts() == {"fp32_attention": 3}
+    assert "model.compute_dtype=bfloat16" in caplog.text and caplog.text.count("fp32_attention") == 1
+    slow_paths.reset()
+
+
 def test_ring_with_cudnn_blocks(fake_cudnn, monkeypatch):
     """CudnnKernel as ring block kernel: fp32 statistics [B,H,T] from the forward, backward from global out/LSE."""
     from longrm_jax.ops.xla_attention import xla_attention_with_lse

@@ -46,7 +46,7 @@ def attention_with_lse(q, k, v, *, segment_ids=None, causal=True, impl="auto", s
     """
     check_shapes(q, k, v)
     q_seg, kv_seg = split_segment_ids(segment_ids, q.shape[1], k.shape[1])
-    name = local_impl(impl, has_segment_ids=q_seg is not None)
+    name = local_impl(impl, has_segment_ids=q_seg is not None, dtype=q.dtype)
     check_interpret(name, interpret)
     if name == "xla":
         return xla_attention_with_lse(q, k, v, q_segment_ids=q_seg, kv_segment_ids=kv_seg, causal=causal,
@@ -65,7 +65,8 @@ def attention(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None
     """
     check_shapes(q, k, v)
     q_seg, kv_seg = split_segment_ids(segment_ids, q.shape[1], k.shape[1])
-    name = resolve_impl(impl, has_segment_ids=q_seg is not None, cross_lengths=q.shape[1] != k.shape[1])
+    name = resolve_impl(impl, has_segment_ids=q_seg is not None, cross_lengths=q.shape[1] != k.shape[1],
+                        dtype=q.dtype)
     if name in PALLAS_IMPLS and mesh_size() > 1 and q.shape[1] == k.shape[1] and q_seg is kv_seg:
         # Pallas custom calls cannot be partitioned by the compiler: run them per batch/head shard
         # (shard_map, a ring of one when there is no seq axis).

@@ -16,7 +16,7 @@ from longrm_jax.ops.xla_attention import XlaBlockKernel
 from longrm_jax.parallel.target import target_of
 
 
-def resolve_impl(impl="auto", *, has_segment_ids=False, ring_axis="seq", cross_lengths=False):
+def resolve_impl(impl="auto", *, has_segment_ids=False, ring_axis="seq", cross_lengths=False, dtype=None):
     """The concrete implementation ``impl`` stands for on this backend and the current mesh.
 
     ``cross_lengths``: T != S (decoding against a cache): ``auto`` then picks ``xla``, which any mesh
@@ -29,7 +29,13 @@ def resolve_impl(impl="auto", *, has_segment_ids=False, ring_axis="seq", cross_l
         return "xla"
     if seq_axis_size(ring_axis) > 1:
         return "ring"
-    return local_impl("auto", has_segment_ids=has_segment_ids)
+    return local_impl("auto", has_segment_ids=has_segment_ids, dtype=dtype)
+
+
+def _half_precision(dtype) -> bool:
+    import jax.numpy as jnp
+
+    return dtype is None or jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
 @functools.cache
@@ -45,8 +51,9 @@ def warn_missing_tokamax(fallback: str) -> None:
                       f"kernel to {fallback!r} (slower)", fix)
 
 
-def local_impl(impl="auto", *, has_segment_ids=False):
-    """The single-device kernel for ``impl`` (``auto`` -> fastest available that honours the mask)."""
+def local_impl(impl="auto", *, has_segment_ids=False, dtype=None):
+    """The single-device kernel for ``impl`` (``auto`` -> fastest available that honours the mask and takes
+    ``dtype``, the queries' dtype: the GPU flash kernels take bf16 / fp16 only, so fp32 runs XLA's attention)."""
     check_impl(impl)
     if impl == "ring":
         raise ValueError("'ring' is not a single-device kernel")
@@ -55,6 +62,13 @@ def local_impl(impl="auto", *, has_segment_ids=False):
     target = target_of()  # the devices the program is built for (a compile-only TPU/GPU mesh too), not the host's
     if target.is_tpu:
         return "splash"
+    if target.is_gpu and not _half_precision(dtype):
+        from longrm_jax.ops import slow_paths
+
+        slow_paths.report("fp32_attention", f"{dtype} attention on the GPU runs XLA's attention (the flash kernels "
+                          "take bfloat16 / float16 only)", "model.compute_dtype=bfloat16 (evaluate: --dtype "
+                          "bfloat16), as the shipped configs train")
+        return "xla"
     if target.is_gpu:
         # fwd+bwd on H200 (TFLOP/s at 32K): hybrid pallas ~ cuDNN's backward + a faster forward > cudnn 550
         # > tokamax mosaic alone 488. Only tokamax honours segment ids.
@@ -68,7 +82,7 @@ def local_impl(impl="auto", *, has_segment_ids=False):
     return "xla"
 
 
-def block_kernel(impl="auto", *, has_segment_ids=False, interpret=False):
+def block_kernel(impl="auto", *, has_segment_ids=False, interpret=False, dtype=None):
     """The single-device kernel object (``fwd``/``bwd`` with LSE residuals) that ring attention drives.
 
     ``impl`` may also be a kernel object itself (anything with those two methods), e.g. for tests.
@@ -76,7 +90,7 @@ def block_kernel(impl="auto", *, has_segment_ids=False, interpret=False):
     """
     if not isinstance(impl, str):
         return impl
-    name = local_impl(impl, has_segment_ids=has_segment_ids)
+    name = local_impl(impl, has_segment_ids=has_segment_ids, dtype=dtype)
     check_interpret(name, interpret)
     if name == "xla":
         return XlaBlockKernel

@@ -271,11 +271,11 @@ def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=T
         raise ValueError(f"sequence length {t} must be divisible by {parts} for {n} ring shards"
                          f"{' (zigzag)' if zigzag else ''}")
     if impl in ("auto", "ring"):
-        impl = local_impl("auto", has_segment_ids=segment_ids is not None)
+        impl = local_impl("auto", has_segment_ids=segment_ids is not None, dtype=q.dtype)
         if impl == "cudnn":
             if not cudnn_flash.available():  # no cuDNN backward from global statistics: train with xla
                 impl = "xla"
-    kernel = block_kernel(impl, has_segment_ids=segment_ids is not None, interpret=interpret)
+    kernel = block_kernel(impl, has_segment_ids=segment_ids is not None, interpret=interpret, dtype=q.dtype)
     scale = d**-0.5 if scale is None else float(scale)
 
     batch = divisible_axes(mesh, BATCH_AXES, b, exclude=(axis,))

@@ -72,10 +72,16 @@ def make_mesh(
         sizes[sizes.index(-1)] = len(devices) // known
     total = int(np.prod(sizes))
     if total != len(devices):
+        others = total // sizes[1]  # every axis but fsdp
+        hint = f"mesh.fsdp={len(devices) // others}" if len(devices) % others == 0 else "mesh.fsdp=-1"
         raise ValueError(
-            f"mesh {dict(zip(MESH_AXES, sizes))} needs {total} devices, {len(devices)} available"
-        )
+            f"mesh {dict(zip(MESH_AXES, sizes))} spans {total} device{'s' if total != 1 else ''}, but there are "
+            f"{len(devices)}: the mesh must use every device, so its axis sizes must multiply to {len(devices)} "
+            f"(e.g. {hint}, or -1 on one axis to fill up)")
     axis_types = (AxisType.Auto,) * len(MESH_AXES)
+    slices = sorted({getattr(d, "slice_index", 0) or 0 for d in devices})
+    if len(slices) > 1:
+        return Mesh(_multislice_grid(sizes, devices, len(slices)), MESH_AXES, axis_types=axis_types)
     try:
         return jax.make_mesh(tuple(sizes), MESH_AXES, axis_types=axis_types, devices=devices)
     except NotImplementedError as e:
@@ -89,6 +95,32 @@ def make_mesh(
         grid = mesh_utils.create_device_mesh(tuple(sizes), devices, allow_split_physical_axes=True)
         logger.info("mesh %s split physical device axes to fit the slice (%s)", dict(zip(MESH_AXES, sizes)), e)
         return Mesh(grid, MESH_AXES, axis_types=axis_types)
+
+
+def _multislice_grid(sizes: list[int], devices, num_slices: int) -> np.ndarray:
+    """Devices of a TPU multislice arranged as the mesh ``sizes``: the slices (joined by the data-center network,
+    far slower than the chips' own links) split the outermost axes that divide by them, data first, then fsdp:
+    the collectives that cross slices are then the gradient reduction (data) or fsdp's gathers, never the
+    ring's hops or tensor parallelism's per-layer exchanges."""
+    from jax.experimental import mesh_utils
+
+    dcn, left = [1] * len(sizes), num_slices
+    for i, size in enumerate(sizes):
+        dcn[i] = int(np.gcd(size, left))
+        left //= dcn[i]
+    named = dict(zip(MESH_AXES, sizes))
+    if left != 1:
+        raise ValueError(f"mesh {named} cannot be laid over {num_slices} slices: the slice count must divide the "
+                         f"product of the outer axes (e.g. mesh.data={num_slices})")
+    ici = [size // d for size, d in zip(sizes, dcn)]
+    if dcn[0] != num_slices:
+        logger.warning("mesh %s over %d slices: %s cross the data-center network between slices (mesh.data=%d "
+                       "keeps every other axis inside a slice)", named, num_slices,
+                       ", ".join(f"{a} ({d})" for a, d in zip(MESH_AXES, dcn) if d > 1), num_slices)
+    try:
+        return mesh_utils.create_hybrid_device_mesh(ici, dcn, devices)
+    except (NotImplementedError, AssertionError, ValueError):
+        return mesh_utils.create_hybrid_device_mesh(ici, dcn, devices, allow_split_physical_axes=True)
 
 
 def logical_to_spec(
