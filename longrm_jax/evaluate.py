@@ -366,13 +366,16 @@ def format_summary(summary: dict) -> str:
     judge, how many judgements held no parsable verdict."""
     agreement = summary.get("both_orders") or {}
     labels = list(summary["results"]) + ["AUC", "unparsable verdicts", "Long-form protocol", "needle heatmap"]
-    labels += ["both-orders agreement"] if agreement.get("samples") else []
+    labels += ["both-orders agreement", "both-orders accuracy"] if agreement.get("samples") else []
     width = max(len(label) for label in labels)
     lines = [f"{label:<{width}}  {'' if value is None else f'{value:.5f}'}".rstrip()
              for label, value in summary["results"].items()]
     if summary.get("auc"):
         lines.append(f"{'AUC':<{width}}  {summary['auc'].get('overall')}")
     if agreement.get("samples"):
+        # AVG. above is the seeded order's (upstream's figure); this one averages each sample over its orders
+        lines.append(f"{'both-orders accuracy':<{width}}  {agreement['mean_accuracy_all_orders']:.5f} (each "
+                     f"sample's mean over its orders; AVG. is the seeded order's {agreement['accuracy_default_order']:.5f})")
         lines.append(f"{'both-orders agreement':<{width}}  {agreement['agreement']:.5f} of {agreement['samples']} "
                      f"samples (same best answer: {agreement['top1_agreement']:.5f})")
     if summary.get("long_form_protocol"):

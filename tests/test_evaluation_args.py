@@ -110,3 +110,5 @@ def test_console_shows_truncation_agreement_and_dtype(disrm_dir, bench_dir, tmp_
     agreement = results["both_orders"]
     line = [row for row in out if row.startswith("both-orders agreement")]
     assert line and line[0].split()[2:5] == [f"{agreement['agreement']:.5f}", "of", "3"], out
+    accuracy = [row for row in out if row.startswith("both-orders accuracy")]  # the README's headline figure
+    assert accuracy and accuracy[0].split()[2] == f"{agreement['mean_accuracy_all_orders']:.5f}", out
