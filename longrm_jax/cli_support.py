@@ -40,6 +40,8 @@ def error_line(error: BaseException) -> str:
 def run_cli(body: Callable[[list[str]], int | None], argv: Sequence[str] | None = None) -> int:
     """Run ``body(argv)``; exceptions become one ``error:`` line and exit status 1 unless debugging."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    # transformers advises on import that PyTorch is missing: our CLIs use it for tokenizers and configs only
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     default_jax_platforms()
     fake_cpu_device_threads()  # before any backend starts: see its comment
     try:

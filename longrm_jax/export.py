@@ -36,7 +36,8 @@ def resolve_checkpoint(src: str, *, head: str | None = None) -> ResolvedCheckpoi
     from longrm_jax.hf.load import load_pretrained, read_hf_config
 
     if not os.path.isdir(src):
-        raise FileNotFoundError(f"--checkpoint {src}: not a directory (expected a Hugging Face checkpoint dir)")
+        raise FileNotFoundError(f"--checkpoint {src}: not a directory (expected a Hugging Face checkpoint directory, "
+                                f"a training run directory, its checkpoints/ or one step folder in it)")
     gen_path = os.path.join(src, "generation_config.json")
     generation = None
     if os.path.isfile(gen_path):

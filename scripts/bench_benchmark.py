@@ -383,3 +383,9 @@ def main(args, argv=None) -> int:
                               device=device, details=details, table=table)
     ok = all(o and (p or args.no_peer) for o, p in results.values())
     return 0 if ok else 1
+
+
+if __name__ == "__main__":  # a module of bench_eval.py, not a script of its own: say where its options live
+    print("scripts/bench_benchmark.py is the --benchmark mode of scripts/bench_eval.py; run\n"
+          "  python scripts/bench_eval.py --benchmark --help", file=sys.stderr)
+    sys.exit(2)

@@ -79,6 +79,10 @@ def test_empty_training_file_names_the_file(tmp_path, capsys):
     data.write_text("")
     assert main(["--set", f"data.source={data}", "--set", f"output_dir={tmp_path / 'run'}"]) == 1
     assert capsys.readouterr().err == f"error: {data}: no preference records (the file or split is empty)\n"
+    assert not (tmp_path / "run").exists()  # the failed run leaves no empty output_dir behind
+    (tmp_path / "mine").mkdir()
+    assert main(["--set", f"data.source={data}", "--set", f"output_dir={tmp_path / 'mine'}"]) == 1
+    assert (tmp_path / "mine").is_dir()  # a directory the user made stays
 
 
 def test_second_run_on_the_same_output_dir_is_refused(tmp_path):

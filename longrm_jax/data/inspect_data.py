@@ -62,15 +62,19 @@ def _inspect(argv: Sequence[str]) -> int:
     p.add_argument("--tokenizer", required=True,
                    help="local model or tokenizer directory (HF tokenizer + chat template), e.g. the bundled "
                         "longrm_jax/assets/tiny_tokenizer")
-    p.add_argument("--format", default="auto", choices=FORMATS)
+    p.add_argument("--format", default="auto", choices=FORMATS,
+                   help="row format (default auto: told from the first row's fields; an empty file needs it)")
     p.add_argument("--split", default=None, help="split of a DatasetDict directory")
     p.add_argument("--max-length", type=int, default=None, help="largest row length (as in training)")
-    p.add_argument("--num-buckets", type=int, default=4)
-    p.add_argument("--num-rejects", type=int, default=1)
+    p.add_argument("--num-buckets", type=int, default=4,
+                   help="row-length buckets below --max-length (the trainer's data.num_buckets; default %(default)s)")
+    p.add_argument("--num-rejects", type=int, default=1,
+                   help="rejected responses kept per preference row (as data.num_rejects; default %(default)s)")
     p.add_argument("--sample", type=int, default=0, help="index of the sample to render")
     p.add_argument("--render-chars", type=int, default=3000, help="characters of the rendered sample to show")
     p.add_argument("--limit", type=int, default=None, help="inspect only the first N rows")
-    p.add_argument("--skip-bad-rows", action="store_true")
+    p.add_argument("--skip-bad-rows", action="store_true",
+                   help="log and count bad rows instead of stopping at the first")
     p.add_argument("--enable-thinking", choices=("unset", "false", "true"), default="unset",
                    help="chat template variable: unset (default, as upstream training: Qwen3's empty think block "
                    "opens the trained response), false (the block ends the masked prompt)")

@@ -198,10 +198,8 @@ class _WindowPacker:
             report, self.report = self.report, False
             seen = min(self.records_seen, self.num_records)
         if report:
-            summary = self.stats.summary_line(f"{seen} of {self.num_records} training records read",
-                                              self.cfg.truncation, max(self.cfg.resolved_buckets))
-            if summary:
-                logger.warning("%s", summary)
+            self.stats.log_summary(logger, f"{seen} of {self.num_records} training records read",
+                                   self.cfg.truncation, max(self.cfg.resolved_buckets))
 
     def _skip(self, error: Exception) -> None:
         if not self.cfg.skip_bad_rows:
@@ -239,13 +237,12 @@ class _WindowPacker:
                     f"({reasons}; data.truncation {cfg.truncation!r}, rows of {max(cfg.resolved_buckets)} tokens): "
                     "raise data.seq_len, use data.truncation prompt_middle, or check the data (python -m "
                     "longrm_jax.data.inspect_data)")
-            summary = None
-            if self.report and self.records_seen >= self.num_records:
+            report = self.report and self.records_seen >= self.num_records
+            if report:
                 self.report = False
-                summary = self.stats.summary_line(f"first pass over {self.num_records} training records",
-                                                  cfg.truncation, max(cfg.resolved_buckets))
-        if summary:
-            logger.warning("%s", summary)
+        if report:
+            self.stats.log_summary(logger, f"first pass over {self.num_records} training records",
+                                   cfg.truncation, max(cfg.resolved_buckets))
         order = np.random.default_rng([cfg.seed, window_index, 7]).permutation(len(batches))
         return [batches[i] for i in order]
 

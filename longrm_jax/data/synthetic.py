@@ -431,13 +431,14 @@ def _write(argv: Sequence[str]) -> int:
     from longrm_jax.cli_support import add_debug_flag
 
     p = argparse.ArgumentParser(prog="python -m longrm_jax.data.synthetic", description="Write synthetic needle-in-a-haystack preference data "
-                                "(training rows and Long-RewardBench task files).")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--num-train", type=int, default=2000)
-    p.add_argument("--num-eval", type=int, default=200)
+                                "(training rows and Long-RewardBench task files).",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--out", required=True, default=argparse.SUPPRESS, help="output directory")
+    p.add_argument("--num-train", type=int, default=2000, help="training rows (train.jsonl)")
+    p.add_argument("--num-eval", type=int, default=200, help="held-out rows (eval.jsonl)")
     p.add_argument("--bench-per-task", type=int, default=20, help="rows per Long-RewardBench task file")
     p.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)), help="context lengths in tokens, comma separated")
-    p.add_argument("--num-rejects", type=int, default=1)
+    p.add_argument("--num-rejects", type=int, default=1, help="rejected responses per training row")
     p.add_argument("--num-distractors", type=int, default=0, help="extra facts about other keys")
     p.add_argument("--num-values", type=int, default=len(VALUES), help="distinct passwords in training rows")
     p.add_argument("--bench-bon-fraction", type=float, default=0.3,
@@ -446,7 +447,7 @@ def _write(argv: Sequence[str]) -> int:
                    help="also write judge training files: judge_sft_{train,eval}.jsonl (GRM SFT) and "
                         "judge_{train,eval}.jsonl (GRM SimPO), pairwise rows in the evaluator's judge prompt, and "
                         "disrm_{train,eval}.jsonl (DisRM Bradley-Terry) in the benchmark's prompt")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the same seed writes the same files")
     add_debug_flag(p)
     args = p.parse_args(argv)
     try:

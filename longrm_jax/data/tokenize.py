@@ -165,6 +165,17 @@ class TruncationStats:
                 **self.rules,
             }
 
+    def lost_anything(self) -> bool:
+        """Whether tokens were cut or pairs dropped (the data summary is then a warning; packing alone is news)."""
+        c = self.as_dict()
+        return bool(c["truncated_samples"] or c["identical_pairs_dropped"])
+
+    def log_summary(self, log, what: str, policy: str, row_tokens: int) -> None:
+        """Log :meth:`summary_line` on ``log`` (a logger): a warning when anything was lost, else info."""
+        summary = self.summary_line(what, policy, row_tokens)
+        if summary:
+            (log.warning if self.lost_anything() else log.info)("%s", summary)
+
     def summary_line(self, what: str, policy: str, row_tokens: int) -> str | None:
         """One line with what the cutting and packing rules did to ``what`` (e.g. "4096 training records"), or
         None when they touched nothing."""
@@ -173,7 +184,8 @@ class TruncationStats:
             return None
         parts = [f"{c['truncated_samples']} of {c['samples']} sequences cut to rows of {row_tokens} tokens "
                  f"(data.truncation {policy}: {c['prompt_cut_samples']} prompts cut in the middle, "
-                 f"{c['response_cut_samples']} responses cut; {c['dropped_tokens']} tokens dropped)"]
+                 f"{c['response_cut_samples']} responses cut; {c['dropped_tokens']} tokens dropped)"
+                 if c["truncated_samples"] else f"no sequence cut ({c['samples']} fit their rows)"]
         if c["own_row_groups"]:
             parts.append(f"{c['own_row_groups']} groups given a row of their own")
         if c["identical_pairs_dropped"]:

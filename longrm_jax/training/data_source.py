@@ -88,9 +88,7 @@ def packed_batches(cfg: TrainConfig, tokenizer: ChatTokenizer, records, *, sft: 
     batches = pack_batches(groups, ((k or 1) * cfg.data.seq_len,), batch_rows, 1 + r, tokenizer.pad_id,
                            tokenizer.eos_id, cfg.data.truncation, stats, slotted=k is not None,
                            max_groups=cfg.data.groups_per_row)
-    summary = stats.summary_line(f"{len(groups)} held-out records", cfg.data.truncation, (k or 1) * cfg.data.seq_len)
-    if summary:
-        logger.warning("%s", summary)
+    stats.log_summary(logger, f"{len(groups)} held-out records", cfg.data.truncation, (k or 1) * cfg.data.seq_len)
     return batches
 
 

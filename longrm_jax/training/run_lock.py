@@ -38,9 +38,12 @@ class RunLock:
     def __init__(self, output_dir: str):
         self.path = os.path.join(output_dir, LOCK_NAME)
         self.held = False
+        self.created = False  # the directory did not exist: a run that wrote nothing into it removes it again
 
     def acquire(self) -> "RunLock":
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        directory = os.path.dirname(self.path) or "."
+        self.created = not os.path.isdir(directory)
+        os.makedirs(directory, exist_ok=True)
         mine = {"pid": os.getpid(), "host": socket.gethostname(),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
         for _ in range(2):  # a second try after removing a stale lock
@@ -79,6 +82,11 @@ class RunLock:
                 os.remove(self.path)
             except FileNotFoundError:
                 pass
+            if self.created:  # a run that stopped before writing anything leaves no empty output_dir behind
+                try:
+                    os.rmdir(os.path.dirname(self.path) or ".")
+                except OSError:  # not empty (config, metrics, checkpoints): the run's record stays
+                    pass
 
     def __enter__(self) -> "RunLock":
         return self.acquire()
