@@ -14,6 +14,16 @@ import sys
 from collections.abc import Callable, Sequence
 
 DEBUG_ENV = "LONGRM_DEBUG"
+
+
+class InputError(ValueError):
+    """Input the user gave (a flag, setting, path or data row) is refused; the message names it. Exit status 2.
+
+    Every CLI exits with one scheme (README, "Exit status"): 0 done, 2 input refused, 3 training stopped on
+    its data or loss, 4 a program does not fit the device, 1 anything unexpected, 130 / 143 interrupted. An
+    error class says its status in ``exit_code``; this module sits below every layer, so any may raise it."""
+
+    exit_code = 2
 # Messages we write for the user; any other exception type is printed with its type name (e.g. "KeyError: x").
 _PLAIN_TYPES = (ValueError, OSError, RuntimeError)
 
@@ -38,7 +48,8 @@ def error_line(error: BaseException) -> str:
 
 
 def run_cli(body: Callable[[list[str]], int | None], argv: Sequence[str] | None = None) -> int:
-    """Run ``body(argv)``; exceptions become one ``error:`` line and exit status 1 unless debugging."""
+    """Run ``body(argv)``; exceptions become one ``error:`` line and the exit status their class names
+    (``exit_code``: :class:`InputError` 2; a missing file 2; anything else 1) unless debugging."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # transformers advises on import that PyTorch is missing: our CLIs use it for tokenizers and configs only
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -53,7 +64,7 @@ def run_cli(body: Callable[[list[str]], int | None], argv: Sequence[str] | None 
         if debug_requested(argv):
             raise
         print(error_line(error), file=sys.stderr)
-        return 1
+        return getattr(error, "exit_code", 2 if isinstance(error, FileNotFoundError) else 1)
 
 
 def default_jax_platforms(environ=None) -> None:

@@ -203,27 +203,29 @@ def apply_gpu_decode_flags(args: argparse.Namespace, environ=None) -> bool:
 
 def check_args(args: argparse.Namespace) -> None:
     """Refuse flag values that would run and give a wrong or empty result, before any model, data or backend is
-    touched: every error names the flag and what it needs."""
+    touched: every error names the flag and what it needs (exit status 2)."""
     import os
+
+    from longrm_jax.cli_support import InputError
 
     counts = [("--max-new-tokens", args.max_new_tokens, 1), ("--batch-size", args.batch_size, 1),
               ("--max-batch-tokens", args.max_batch_tokens, 1), ("--decode-chunk", args.decode_chunk, 1),
               ("--limit", args.limit, 1), ("--max-length", args.max_length, MIN_MAX_LENGTH)]
     for flag, value, least in counts:
         if value is not None and value < least:
-            raise ValueError(f"{flag} must be >= {least}, got {value}")
+            raise InputError(f"{flag} must be >= {least}, got {value}")
     if args.device_memory_gib is not None and not args.device_memory_gib > 0:
-        raise ValueError(f"--device-memory-gib must be > 0, got {args.device_memory_gib}")
+        raise InputError(f"--device-memory-gib must be > 0, got {args.device_memory_gib}")
     for axis, size in (args.mesh or {}).items():
         if size < 1 and not (axis == "fsdp" and size == -1):
-            raise ValueError(f"--mesh {axis}={size}: sizes must be >= 1 (fsdp=-1: the devices left over)")
+            raise InputError(f"--mesh {axis}={size}: sizes must be >= 1 (fsdp=-1: the devices left over)")
     if not os.path.isdir(args.model_path):
-        raise ValueError(f"--model-path {args.model_path}: not a directory (a local Hugging Face checkpoint "
+        raise InputError(f"--model-path {args.model_path}: not a directory (a local Hugging Face checkpoint "
                          "directory is needed)")
     if not os.path.exists(args.data_path):
-        raise ValueError(f"--data-path {args.data_path} does not exist")
+        raise InputError(f"--data-path {args.data_path} does not exist")
     if args.chat_template is not None and not os.path.isfile(args.chat_template):
-        raise ValueError(f"--chat-template {args.chat_template}: no such file")
+        raise InputError(f"--chat-template {args.chat_template}: no such file")
     for flag, path in (("--save-path", args.save_path), ("--compilation-cache", args.compilation_cache)):
         if path is not None:
             _check_writable_dir(flag, path)
@@ -237,14 +239,16 @@ def _check_writable_dir(flag: str, path: str) -> None:
     """``path`` is (or can be created as) a directory: neither it nor an existing parent is a file."""
     import os
 
+    from longrm_jax.cli_support import InputError
+
     probe = os.path.abspath(path)
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
     if not os.path.isdir(probe):
         where = "is a file" if probe == os.path.abspath(path) else f"is under {probe}, which is a file"
-        raise ValueError(f"{flag} {path} {where}; a directory is needed")
+        raise InputError(f"{flag} {path} {where}; a directory is needed")
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise ValueError(f"{flag} {path}: {probe} is not writable")
+        raise InputError(f"{flag} {path}: {probe} is not writable")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,6 +18,9 @@ import sys
 import tempfile
 from typing import Any
 
+from longrm_jax.cli_support import InputError
+
+
 @dataclasses.dataclass
 class ResolvedCheckpoint:
     """A loaded model plus what the export should carry over from its source."""
@@ -87,12 +90,12 @@ def _inside(path: str, parent: str) -> bool:
 def check_out_dir(out: str, src: str, *, overwrite: bool) -> None:
     """Refuse an ``--out`` that would destroy the source or someone else's files (before anything is loaded)."""
     if _inside(out, src) or (os.path.exists(src) and _inside(src, out)):
-        raise ValueError(f"--out {out} overlaps --checkpoint {src}: writing there could destroy the source; "
+        raise InputError(f"--out {out} overlaps --checkpoint {src}: writing there could destroy the source; "
                          "choose a directory outside it")
     if os.path.isfile(out):
-        raise ValueError(f"--out {out} is a file, not a directory")
+        raise InputError(f"--out {out} is a file, not a directory")
     if os.path.isdir(out) and os.listdir(out) and not overwrite:
-        raise ValueError(f"--out {out} is not empty; pass --overwrite to replace its contents, or choose a new "
+        raise InputError(f"--out {out} is not empty; pass --overwrite to replace its contents, or choose a new "
                          "directory")
 
 
@@ -101,9 +104,9 @@ def check_tokenizer_dir(path: str) -> None:
     from longrm_jax.hf.save import TOKENIZER_FILES
 
     if not os.path.isdir(path):
-        raise ValueError(f"--tokenizer-dir {path}: not a directory")
+        raise InputError(f"--tokenizer-dir {path}: not a directory")
     if not any(os.path.isfile(os.path.join(path, name)) for name in TOKENIZER_FILES):
-        raise ValueError(f"--tokenizer-dir {path}: no tokenizer files (expected some of "
+        raise InputError(f"--tokenizer-dir {path}: no tokenizer files (expected some of "
                          f"{', '.join(TOKENIZER_FILES[:3])}, ...)")
 
 
@@ -148,7 +151,7 @@ def _export(argv: list[str]) -> int:
 
     resolved = resolve_checkpoint(args.checkpoint, head=args.head)
     if args.head is not None and _head_of(resolved.model) != args.head:
-        raise ValueError(f"--head {args.head}: {args.checkpoint} holds a {_head_of(resolved.model)} model (the head "
+        raise InputError(f"--head {args.head}: {args.checkpoint} holds a {_head_of(resolved.model)} model (the head "
                          f"it was trained with); exporting it as {args.head} would need a head it never trained. "
                          "Drop --head, or train that stage")
     parent = os.path.dirname(os.path.abspath(args.out))

@@ -137,7 +137,8 @@ def test_multislice_mesh_puts_the_slices_on_the_outer_axes(v5p_8, caplog):
     with caplog.at_level(logging.WARNING):
         make_mesh(fsdp=8, devices=devices)
     assert "fsdp (2) cross the data-center network" in caplog.text
-    for sizes in ({"mesh.data": 2, "mesh.fsdp": 2, "mesh.seq": 2}, {"mesh.fsdp": 8, "mesh.seq": 1}):
+    for sizes in ({"mesh.data": 2, "mesh.fsdp": 2, "mesh.seq": 2, "data.batch_rows": 4},
+                  {"mesh.fsdp": 8, "mesh.seq": 1, "data.batch_rows": 8}):
         report = compile_train_step(_tiny("simpo", **sizes), two)
         assert report.fits, report.error
         assert report.kernels["gradients"].get("Mosaic TPU", 0) >= 1

@@ -43,7 +43,7 @@ def disrm_dir(tmp_path_factory):
 def test_bad_values_are_refused_before_anything_loads(flags, message, bench_dir, disrm_dir, monkeypatch, capsys):
     monkeypatch.setattr(evaluate, "apply_gpu_decode_flags", lambda args: pytest.fail("got past the checks"))
     argv = ["--model-path", str(disrm_dir), "--data-path", str(bench_dir), "--is-disrm", *flags]
-    assert evaluate.main(argv) == 1
+    assert evaluate.main(argv) == 2
     assert capsys.readouterr().err == f"error: {message}\n"
 
 
@@ -59,13 +59,13 @@ def test_paths_are_checked_before_anything_loads(tmp_path, bench_dir, disrm_dir,
         (["--compilation-cache", str(a_file)], f"--compilation-cache {a_file} is a file; a directory is needed"),
     ]
     for flags, message in cases:
-        assert evaluate.main([*base, *flags]) == 1
+        assert evaluate.main([*base, *flags]) == 2
         assert capsys.readouterr().err == f"error: {message}\n"
     assert a_file.read_text() == "mine"
-    assert evaluate.main(["--model-path", str(tmp_path / "none"), "--data-path", str(bench_dir)]) == 1
+    assert evaluate.main(["--model-path", str(tmp_path / "none"), "--data-path", str(bench_dir)]) == 2
     assert capsys.readouterr().err == (f"error: --model-path {tmp_path / 'none'}: not a directory (a local Hugging "
                                        "Face checkpoint directory is needed)\n")
-    assert evaluate.main(["--model-path", str(disrm_dir), "--data-path", str(tmp_path / "nodata")]) == 1
+    assert evaluate.main(["--model-path", str(disrm_dir), "--data-path", str(tmp_path / "nodata")]) == 2
     assert capsys.readouterr().err == f"error: --data-path {tmp_path / 'nodata'} does not exist\n"
 
 

@@ -26,11 +26,11 @@ def no_loading(monkeypatch):
 
 def test_bad_tokenizer_dir_is_refused_before_loading(tmp_path, hf_src, no_loading, capsys):
     out = tmp_path / "out"
-    assert export_cli.main(["--checkpoint", str(hf_src), "--out", str(out), "--tokenizer-dir", "/nonexistent"]) == 1
+    assert export_cli.main(["--checkpoint", str(hf_src), "--out", str(out), "--tokenizer-dir", "/nonexistent"]) == 2
     assert capsys.readouterr().err == "error: --tokenizer-dir /nonexistent: not a directory\n"
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert export_cli.main(["--checkpoint", str(hf_src), "--out", str(out), "--tokenizer-dir", str(empty)]) == 1
+    assert export_cli.main(["--checkpoint", str(hf_src), "--out", str(out), "--tokenizer-dir", str(empty)]) == 2
     assert capsys.readouterr().err == (f"error: --tokenizer-dir {empty}: no tokenizer files (expected some of "
                                        "tokenizer.json, tokenizer_config.json, special_tokens_map.json, ...)\n")
     assert not out.exists()
@@ -41,7 +41,7 @@ def test_bad_dtype_and_shard_size_are_refused_before_loading(tmp_path, hf_src, n
     with pytest.raises(SystemExit) as exc:
         export_cli.main(["--checkpoint", str(hf_src), "--out", str(out), "--dtype", "float9"])
     assert exc.value.code == 2 and "argument --dtype: invalid choice: 'float9'" in capsys.readouterr().err
-    assert export_cli.main(["--checkpoint", str(hf_src), "--out", str(out), "--max-shard-size", "5 apples"]) == 1
+    assert export_cli.main(["--checkpoint", str(hf_src), "--out", str(out), "--max-shard-size", "5 apples"]) == 2
     assert capsys.readouterr().err.startswith("error: cannot parse size '5 apples'")
     assert not out.exists()
 

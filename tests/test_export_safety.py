@@ -41,7 +41,7 @@ def test_non_empty_out_is_refused_without_overwrite(tmp_path, hf_src, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    assert export_cli.main(["--checkpoint", str(hf_src), "--out", str(out)]) == 1
+    assert export_cli.main(["--checkpoint", str(hf_src), "--out", str(out)]) == 2
     assert capsys.readouterr().err == (f"error: --out {out} is not empty; pass --overwrite to replace its contents, "
                                        "or choose a new directory\n")
     assert _bytes(out) == {"notes.txt": b"mine"}
@@ -57,7 +57,7 @@ def test_out_overlapping_the_source_is_refused_and_the_source_kept(tmp_path, hf_
     out = hf_src if where == "same" else hf_src / "export"
     before = _bytes(hf_src)
     assert export_cli.main(["--checkpoint", str(hf_src), "--out", str(out), "--dtype", "bfloat16",
-                            "--overwrite"]) == 1
+                            "--overwrite"]) == 2
     assert capsys.readouterr().err == (f"error: --out {out} overlaps --checkpoint {hf_src}: writing there could "
                                        "destroy the source; choose a directory outside it\n")
     assert _bytes(hf_src) == before
@@ -65,7 +65,7 @@ def test_out_overlapping_the_source_is_refused_and_the_source_kept(tmp_path, hf_
 
 def test_head_the_checkpoint_was_not_trained_with_is_refused(tmp_path, trained_run, capsys):
     out = tmp_path / "out"
-    assert export_cli.main(["--checkpoint", str(trained_run), "--out", str(out), "--head", "classifier"]) == 1
+    assert export_cli.main(["--checkpoint", str(trained_run), "--out", str(out), "--head", "classifier"]) == 2
     assert capsys.readouterr().err == (
         f"error: --head classifier: {trained_run} holds a causal_lm model (the head it was trained with); exporting "
         "it as classifier would need a head it never trained. Drop --head, or train that stage\n")

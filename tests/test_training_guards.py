@@ -77,11 +77,11 @@ def test_file_source_without_eval_source_says_so(tmp_path, capsys):
 def test_empty_training_file_names_the_file(tmp_path, capsys):
     data = tmp_path / "empty.jsonl"
     data.write_text("")
-    assert main(["--set", f"data.source={data}", "--set", f"output_dir={tmp_path / 'run'}"]) == 1
+    assert main(["--set", f"data.source={data}", "--set", f"output_dir={tmp_path / 'run'}"]) == 2
     assert capsys.readouterr().err == f"error: {data}: no preference records (the file or split is empty)\n"
     assert not (tmp_path / "run").exists()  # the failed run leaves no empty output_dir behind
     (tmp_path / "mine").mkdir()
-    assert main(["--set", f"data.source={data}", "--set", f"output_dir={tmp_path / 'mine'}"]) == 1
+    assert main(["--set", f"data.source={data}", "--set", f"output_dir={tmp_path / 'mine'}"]) == 2
     assert (tmp_path / "mine").is_dir()  # a directory the user made stays
 
 

@@ -68,7 +68,7 @@ def test_rerun_stopped_by_the_memory_plan_keeps_the_previous_run(finished_run, t
     """The issue's recipe: a rerun with overwrite that stops at the memory plan used to leave no checkpoints."""
     out = _copy(finished_run, tmp_path / "run")
     before = _snapshot(out)
-    assert train.main(_args(out, "checkpoint.overwrite=true", "memory_budget_gib=0.01")) == 1
+    assert train.main(_args(out, "checkpoint.overwrite=true", "memory_budget_gib=0.01")) == 4
     assert "error: the train step does not fit the device" in capsys.readouterr().err
     assert _snapshot(out) == before  # checkpoints, metrics.jsonl, config.yaml: all as they were
 

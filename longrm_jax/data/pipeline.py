@@ -177,6 +177,8 @@ class _SafeSource:
 class NoTrainableDataError(ValueError):
     """A whole pass over the training records produced no batch (every group dropped or skipped)."""
 
+    exit_code = 3  # training stopped on its data (README, "Exit status")
+
 
 class _WindowPacker:
     """Tokenize, fit, pack and batch one window; shuffle the order of its batches."""

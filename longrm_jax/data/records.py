@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from longrm_jax.cli_support import InputError
+
 Message = dict[str, str]
 
 PAIRWISE = "PairWise"
@@ -20,7 +22,7 @@ LONG_REWARDBENCH_TASKS = ("LongQA", "Summ", "Safety", "ICL", "Cite", "Code", "Ma
 LONGFORM_SUBSETS = ("QA", "RAG", "Chat", "Writing", "Reasoning")
 
 
-class DataError(ValueError):
+class DataError(InputError):
     """Bad input data: the message names the file, the row or line, and the field."""
 
     def __init__(self, source: str, where: str, field: str | None, problem: str):

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from longrm_jax.cli_support import InputError
 from longrm_jax.data.tokenize import TOKENIZER_FILES, ChatTokenizer, read_chat_template, truncate_middle
 from longrm_jax.evaluation.prompts import judge_messages, position_letter
 from longrm_jax.evaluation.samples import EvalSample
@@ -26,7 +27,7 @@ from longrm_jax.evaluation.samples import EvalSample
 UPSTREAM_MAX_LENGTH = 131_072
 
 
-class ModelDirError(ValueError):
+class ModelDirError(InputError):
     """The model directory cannot be evaluated (missing tokenizer, config...); the message names the path."""
 
 

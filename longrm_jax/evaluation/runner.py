@@ -53,6 +53,8 @@ logger = logging.getLogger(__name__)
 class SavePathInUseError(FileExistsError):
     """--save-path holds the results of an earlier evaluation and neither --resume nor --overwrite was given."""
 
+    exit_code = 2
+
 
 # Errors caused by the user's inputs (reported as one line by the CLI).
 USER_ERRORS = (BenchDataError, DataError, ModelDirError, CheckpointError, SavePathInUseError)

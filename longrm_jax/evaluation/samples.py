@@ -27,6 +27,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from longrm_jax.cli_support import InputError
 from longrm_jax.data.readers import RecordSource
 from longrm_jax.data.records import BenchRecord, DataError, LongFormRecord
 from longrm_jax.evaluation.metrics import BEST_OF_N, DEFAULT_TASKS, PAIRWISE
@@ -40,7 +41,7 @@ DEFAULT_SEED = 42
 NEEDLE_LENGTH_FIELDS = ("word_count", "length", "response_length")
 
 
-class BenchDataError(ValueError):
+class BenchDataError(InputError):
     """A task file that cannot be evaluated (missing, empty, wrong kind); the message names the file.
 
     Bad *records* raise ``longrm_jax.data.records.DataError`` (file, line and field)."""

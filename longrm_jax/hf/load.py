@@ -24,6 +24,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 
+from longrm_jax.cli_support import InputError
 from longrm_jax.hf.safetensors_io import SafetensorsFile
 from longrm_jax.hf.weights import HARMLESS_EXTRA, WeightRule, read_slice, weight_rules
 from longrm_jax.models.config import ModelConfig, from_hf_config
@@ -36,7 +37,7 @@ INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(InputError):
     """The checkpoint directory cannot be loaded as asked (message names the file, tensor or key)."""
 
 

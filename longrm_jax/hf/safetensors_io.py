@@ -24,6 +24,8 @@ import ml_dtypes
 import numpy as np
 import safetensors.numpy
 
+from longrm_jax.cli_support import InputError
+
 DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype("<f8"),
     "F32": np.dtype("<f4"),
@@ -42,7 +44,7 @@ DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
 
 
-class SafetensorsError(ValueError):
+class SafetensorsError(InputError):
     """A safetensors file is truncated, corrupt or inconsistent (message names the file and tensor)."""
 
 

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from longrm_jax.cli_support import InputError
 from longrm_jax.hf.safetensors_io import save_file
 from longrm_jax.hf.weights import to_hf, weight_rules
 from longrm_jax.models.config import ModelConfig, to_hf_config
@@ -38,7 +39,7 @@ def parse_size(text: str | int) -> int:
         return text
     match = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", str(text))
     if not match or match.group(2).upper() not in _SIZE_UNITS:
-        raise ValueError(f"cannot parse size {text!r}; use e.g. 5GB, 500MB, 2GiB or a byte count")
+        raise InputError(f"cannot parse size {text!r}; use e.g. 5GB, 500MB, 2GiB or a byte count")
     return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
 
 

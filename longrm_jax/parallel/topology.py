@@ -59,6 +59,8 @@ _GPU_NAME = re.compile(r"^(h100|h200)x(\d+)(?:x(\d+))?$")
 class TopologyError(ValueError):
     """A topology name this module does not know, or a slice size the chip does not come in."""
 
+    exit_code = 2  # a --topology the user named is refused
+
 
 @dataclass(frozen=True)
 class Topology:

@@ -15,10 +15,11 @@ from typing import Any
 
 import yaml
 
+from longrm_jax.cli_support import InputError
 from longrm_jax.data.tokenize import RESPONSE_ENDS
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A configuration file or override that does not fit the schema."""
 
 

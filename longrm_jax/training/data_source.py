@@ -17,6 +17,7 @@ import os
 
 import numpy as np
 
+from longrm_jax.cli_support import InputError
 from longrm_jax.data.packing import pack_batches
 from longrm_jax.data.records import PreferenceRecord, Provenance, SFTRecord
 from longrm_jax.data.tokenize import ChatTokenizer, TruncationConfig, TruncationStats
@@ -69,7 +70,7 @@ def _file_records(cfg: TrainConfig, path: str, sft: bool):
         raise FileNotFoundError(f"data source {path} does not exist")
     records = list(read_records(path, "sft" if sft else "preference", split=split))
     if not records:
-        raise ValueError(f"{path}{':' + split if split else ''}: no {'SFT' if sft else 'preference'} records "
+        raise InputError(f"{path}{':' + split if split else ''}: no {'SFT' if sft else 'preference'} records "
                          "(the file or split is empty)")
     return records
 

@@ -41,9 +41,13 @@ from longrm_jax.training.telemetry import LoraFlops, MetricsWriter, StepProfiler
 class NonFiniteLossError(RuntimeError):
     """The loss or gradient norm became NaN / inf; the run stopped without saving that state."""
 
+    exit_code = 3  # training stopped on its loss or data (README, "Exit status")
+
 
 class DegenerateDataError(RuntimeError):
     """Every preference group of the first batch has a rejected sequence identical to its chosen one."""
+
+    exit_code = 3
 
 
 @dataclass

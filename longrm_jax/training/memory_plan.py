@@ -86,6 +86,8 @@ class MemoryPlanError(RuntimeError):
     """The compiled train step needs more device memory than there is. ``tried``: the candidates' one-line
     results; ``last``: (candidate, its programs) of the last one compiled (None: refused before compiling)."""
 
+    exit_code = 4  # the step does not fit the device (as --compile-only's refusal; README, "Exit status")
+
     def __init__(self, message: str, tried: list | None = None, last: tuple | None = None):
         super().__init__(message)
         self.tried, self.last = tried or [], last

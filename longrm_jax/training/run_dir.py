@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import jax
 from tqdm.auto import tqdm
 
+from longrm_jax.cli_support import InputError
+
 RECORD_FILES = ("metrics.jsonl", "tensorboard", "config.yaml", "memory_plan.json")
 PREVIOUS_PREFIX = "previous_run-"
 
@@ -44,7 +46,7 @@ def say(msg: str) -> None:
         tqdm.write(msg)
 
 
-class ResumeMismatchError(ValueError):
+class ResumeMismatchError(InputError):
     """``--resume`` with settings the checkpoint cannot continue under (or a state it cannot be restored into)."""
 
 

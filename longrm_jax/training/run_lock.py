@@ -21,6 +21,8 @@ logger = logging.getLogger(__name__)
 class RunDirLockedError(RuntimeError):
     """Another live run holds the output directory."""
 
+    exit_code = 2  # the output_dir given is refused (cli_support.InputError's status)
+
 
 def _pid_alive(pid: int) -> bool:
     try:
