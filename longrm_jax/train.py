@@ -95,6 +95,11 @@ def _train(argv: list[str]) -> int:
     if args.compile_only or args.topology:
         return _compile_only(cfg, args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from longrm_jax.cli_support import silence_absl_warnings
+
+    # orbax's routine absl warnings (e.g. "Given directory is read only" restoring model.init from another run's
+    # checkpoint) are noise to a user; errors still show, and our own logging is untouched
+    silence_absl_warnings()
     if cfg.model.remat in ("save_attention_out", "auto") or cfg.model.remat.startswith("offload_"):
         # Before the first device use: without it XLA re-runs the saved attention kernel on GPUs
         # (docs/perf_training.md), or writes a clone of it straight into the offloaded stack. CPU runs ignore
