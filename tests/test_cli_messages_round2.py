@@ -51,6 +51,10 @@ def test_format_detection_names_the_flag(tmp_path):
     assert "format=" not in str(error.value)
     assert str(error.value).endswith("no readable row to detect the format from; name it with --format (one of sft, "
                                      "preference, long_rewardbench, longform)")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(DataError, match=r"empty.jsonl: file: no rows \(the file or split is empty\)$"):
+        RecordSource(str(empty))
 
 
 def test_benchmark_row_without_tasktype_is_reported_as_such(tmp_path):

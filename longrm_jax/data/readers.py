@@ -375,6 +375,8 @@ class RecordSource:
         self._parse = PARSERS[format]
 
     def _detect(self) -> str:
+        if not len(self.rows):
+            raise DataError(self.source_name, "file", None, "no rows (the file or split is empty)")
         for i in range(min(len(self.rows), 16)):
             try:
                 return detect_format(self.rows[i])
