@@ -24,6 +24,8 @@ class InputError(ValueError):
     error class says its status in ``exit_code``; this module sits below every layer, so any may raise it."""
 
     exit_code = 2
+
+
 # Messages we write for the user; any other exception type is printed with its type name (e.g. "KeyError: x").
 _PLAIN_TYPES = (ValueError, OSError, RuntimeError)
 

@@ -63,7 +63,7 @@ def _inspect(argv: Sequence[str]) -> int:
                    help="local model or tokenizer directory (HF tokenizer + chat template), e.g. the bundled "
                         "longrm_jax/assets/tiny_tokenizer")
     p.add_argument("--format", default="auto", choices=FORMATS,
-                   help="row format (default auto: told from the first row's fields; an empty file needs it)")
+                   help="row format (default auto: told from the first rows' fields)")
     p.add_argument("--split", default=None, help="split of a DatasetDict directory")
     p.add_argument("--max-length", type=int, default=None, help="largest row length (as in training)")
     p.add_argument("--num-buckets", type=int, default=4,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 
+import jax.numpy as jnp
+
 from longrm_jax.ops import flash
 from longrm_jax.ops.contract import check_impl, check_interpret, seq_axis_size
 from longrm_jax.ops.xla_attention import XlaBlockKernel
@@ -33,8 +35,6 @@ def resolve_impl(impl="auto", *, has_segment_ids=False, ring_axis="seq", cross_l
 
 
 def _half_precision(dtype) -> bool:
-    import jax.numpy as jnp
-
     return dtype is None or jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
