@@ -40,6 +40,19 @@ def test_target_follows_the_mesh_not_the_default_backend():
     assert Target("gpu", "NVIDIA H100 80GB HBM3", 9.0).is_gpu
 
 
+def test_mesh_that_leaves_devices_unused_says_so():
+    """A mesh over fewer devices than there are (e.g. the tiny config's fsdp 1 on a v5p-8) names what would fit."""
+    import jax
+
+    from longrm_jax.parallel.mesh import make_mesh
+
+    with pytest.raises(ValueError, match=r"spans 1 device, but there are 4: the mesh must use every device, so its "
+                                         r"axis sizes must multiply to 4 \(e\.g\. mesh\.fsdp=4, or -1"):
+        make_mesh(fsdp=1, devices=jax.devices()[:4])
+    with pytest.raises(ValueError, match=r"spans 2 devices, but there are 4: .*e\.g\. mesh\.fsdp=2,"):
+        make_mesh(fsdp=1, seq=2, devices=jax.devices()[:4])
+
+
 @pytest.fixture(scope="module")
 def v5p_8():
     """The v5p-8 topology, with the persistent compilation cache (tests/conftest.py) off meanwhile: a compile-only
