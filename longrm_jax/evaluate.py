@@ -231,6 +231,9 @@ def check_args(args: argparse.Namespace) -> None:
             _check_writable_dir(flag, path)
 
 
+# A GRM's judgement budget when --max-new-tokens is not given (upstream's eval.py), for a run and its compile.
+DEFAULT_MAX_NEW_TOKENS = 2048
+
 # --max-length keeps the first max/2 and the last max/2 - 5 tokens: below this, the kept tail is a few tokens.
 MIN_MAX_LENGTH = 16
 
@@ -279,7 +282,7 @@ def _evaluate(argv: Sequence[str]) -> int:
 
     cfg = EvalConfig(
         model_path=args.model_path, data_path=args.data_path, save_path=args.save_path, is_disrm=args.is_disrm,
-        tasks=args.tasks, max_new_tokens=args.max_new_tokens or 2048, both_orders=args.both_orders,
+        tasks=args.tasks, max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, both_orders=args.both_orders,
         batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, mesh=args.mesh,
         static_batches=args.static_batches, queue=args.queue, decode_chunk=args.decode_chunk, decode_attention=args.decode_attention,
         unroll_decode_layers=args.unroll_decode_layers,
@@ -352,7 +355,8 @@ def _compile_only(args: argparse.Namespace) -> int:
     print("mesh " + " x ".join(f"{k} {v}" for k, v in mesh.shape.items()) + f"; {'DisRM' if args.is_disrm else 'GRM'} "
           f"{mcfg.num_layers} layers, hidden {mcfg.hidden_size}, {dtype}; {rows} row(s) x {length} tokens")
     reports = compile_programs(mcfg, topology, mesh, is_disrm=args.is_disrm, rows=rows, length=length,
-                               max_new_tokens=args.max_new_tokens, decode_attention=args.decode_attention)
+                               max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+                               decode_attention=args.decode_attention)
     for report in reports:
         print(report.describe(topology.chip.hbm_bytes))
     too_big = [r for r in reports if r.peak > topology.chip.hbm_bytes]

@@ -230,3 +230,24 @@ def test_evaluate_cli_compile_only_with_default_dtype(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "DisRM 1 layers, hidden 64, float32" in out and "Mosaic TPU" in out, out
+
+
+@needs_libtpu
+def test_evaluate_cli_compile_only_grm_with_default_budget_on_a_multislice(tmp_path, capsys):
+    """``evaluate --compile-only`` for a generative judge without ``--max-new-tokens`` compiles the decode for the
+    run's default budget (2,048 tokens; it failed adding None), here over two v5p-8 slices."""
+    import json
+
+    from longrm_jax import evaluate
+
+    config = dict(model_type="qwen3", architectures=["Qwen3ForCausalLM"], vocab_size=256, hidden_size=64,
+                  intermediate_size=128, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=16, max_position_embeddings=8192, rms_norm_eps=1e-6, rope_theta=10000.0,
+                  tie_word_embeddings=True, pad_token_id=0, eos_token_id=2, torch_dtype="bfloat16")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    rc = evaluate.main(["--model-path", str(tmp_path), "--compile-only", "--topology", "v5p-8",
+                        "--topology-slices", "2", "--compile-length", "256", "--mesh", "data=2,fsdp=4"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "topology 2 x v5p-8: 8 x TPU v5 (2 host(s))" in out and "GRM 1 layers" in out, out
+    assert out.count("fits") >= 2 and "decode" in out, out
