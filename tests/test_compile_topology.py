@@ -40,17 +40,28 @@ def test_target_follows_the_mesh_not_the_default_backend():
     assert Target("gpu", "NVIDIA H100 80GB HBM3", 9.0).is_gpu
 
 
-def test_mesh_that_leaves_devices_unused_says_so():
-    """A mesh over fewer devices than there are (e.g. the tiny config's fsdp 1 on a v5p-8) names what would fit."""
+def test_mesh_that_leaves_devices_unused_says_so(capsys, tmp_path):
+    """A mesh over fewer (or more) devices than there are names what would fit, and the CLI refuses it as input
+    (exit 2): e.g. the tiny config's fsdp 1 compiled for a v5p-8, or the SFT config's seq 8 on its 4 chips."""
     import jax
 
+    from longrm_jax import train
+    from longrm_jax.cli_support import InputError
     from longrm_jax.parallel.mesh import make_mesh
 
-    with pytest.raises(ValueError, match=r"spans 1 device, but there are 4: the mesh must use every device, so its "
-                                         r"axis sizes must multiply to 4 \(e\.g\. mesh\.fsdp=4, or -1"):
+    with pytest.raises(InputError, match=r"spans 1 device, but there are 4: the mesh must use every device, so its "
+                                         r"axis sizes must multiply to 4 \(e\.g\. fsdp 4 \(train: --set "
+                                         r"mesh\.fsdp=4; evaluate: --mesh fsdp=4\)\)"):
         make_mesh(fsdp=1, devices=jax.devices()[:4])
-    with pytest.raises(ValueError, match=r"spans 2 devices, but there are 4: .*e\.g\. mesh\.fsdp=2,"):
-        make_mesh(fsdp=1, seq=2, devices=jax.devices()[:4])
+    with pytest.raises(InputError, match=r"spans 8 devices, but there are 4: .*data x seq x tensor \(now 8\) "
+                                         r"must divide 4: make them smaller"):
+        make_mesh(fsdp=1, seq=8, devices=jax.devices()[:4])
+    with pytest.raises(InputError, match=r"4 devices do not divide into mesh .*the axes other than the -1 one span 8"):
+        make_mesh(fsdp=-1, seq=8, devices=jax.devices()[:4])
+    # the CLI: rows that do not split over data x fsdp are refused as input too (a raw IndivisibleError before)
+    assert train.main(["--set", "mesh.fsdp=3", "--set", "data.batch_rows=16", "--set",
+                       f"output_dir={tmp_path / 'run'}"]) == 2
+    assert "data.batch_rows (16) must be a multiple of mesh data x fsdp (1 x 3 = 3)" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +138,18 @@ def test_cli_refuses_a_hopeless_step_before_compiling(v5p_8, monkeypatch, capsys
     err = capsys.readouterr().err
     assert err.startswith("error: v5p-8: the train step does not fit the device: predicted at least "), err
     assert "(lower bound: train state" in err and "available 0.00 GiB (model.remat=full; before compiling)" in err
+
+
+@needs_libtpu
+def test_v4_chips_are_one_device_each(v5p_8):
+    """v4 counts TensorCores (v4-8: 4 chips); libtpu describes a device per core unless asked for megacore, as JAX
+    runs a v4 chip: the topology has one device per chip and a step compiles on it."""
+    from longrm_jax.training.compile_only import compile_train_step
+
+    v4 = topo.parse("v4-8")
+    assert len(v4.devices()) == v4.chips == 4
+    report = compile_train_step(_tiny("simpo", **{"mesh.fsdp": 4, "mesh.seq": 1, "data.batch_rows": 4}), v4)
+    assert report.fits and report.mesh["fsdp"] == 4, report.error
 
 
 @pytest.mark.slow

@@ -20,6 +20,8 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
+from longrm_jax.cli_support import InputError
+
 logger = logging.getLogger(__name__)
 
 MESH_AXES = ("data", "fsdp", "seq", "tensor")
@@ -63,21 +65,24 @@ def make_mesh(
     """
     devices = list(devices if devices is not None else jax.devices())
     sizes = [data, fsdp, seq, tensor]
+    n = len(devices)
     if sizes.count(-1) > 1:
-        raise ValueError(f"at most one mesh axis may be -1, got data={data} fsdp={fsdp} seq={seq} tensor={tensor}")
+        raise InputError(f"at most one mesh axis may be -1, got data={data} fsdp={fsdp} seq={seq} tensor={tensor}")
     known = int(np.prod([s for s in sizes if s != -1]))
     if -1 in sizes:
-        if len(devices) % known:
-            raise ValueError(f"{len(devices)} devices do not divide into mesh {dict(zip(MESH_AXES, sizes))}")
-        sizes[sizes.index(-1)] = len(devices) // known
+        if n % known:
+            raise InputError(f"{n} devices do not divide into mesh {dict(zip(MESH_AXES, sizes))}: the axes other "
+                             f"than the -1 one span {known} devices, which must divide {n}")
+        sizes[sizes.index(-1)] = n // known
     total = int(np.prod(sizes))
-    if total != len(devices):
+    if total != n:
         others = total // sizes[1]  # every axis but fsdp
-        hint = f"mesh.fsdp={len(devices) // others}" if len(devices) % others == 0 else "mesh.fsdp=-1"
-        raise ValueError(
+        hint = (f"fsdp {n // others} (train: --set mesh.fsdp={n // others}; evaluate: --mesh fsdp={n // others})"
+                if n % others == 0 else
+                f"data x seq x tensor (now {others}) must divide {n}: make them smaller, then fsdp fills up")
+        raise InputError(
             f"mesh {dict(zip(MESH_AXES, sizes))} spans {total} device{'s' if total != 1 else ''}, but there are "
-            f"{len(devices)}: the mesh must use every device, so its axis sizes must multiply to {len(devices)} "
-            f"(e.g. {hint}, or -1 on one axis to fill up)")
+            f"{n}: the mesh must use every device, so its axis sizes must multiply to {n} (e.g. {hint})")
     axis_types = (AxisType.Auto,) * len(MESH_AXES)
     slices = sorted({getattr(d, "slice_index", 0) or 0 for d in devices})
     if len(slices) > 1:
@@ -110,13 +115,14 @@ def _multislice_grid(sizes: list[int], devices, num_slices: int) -> np.ndarray:
         left //= dcn[i]
     named = dict(zip(MESH_AXES, sizes))
     if left != 1:
-        raise ValueError(f"mesh {named} cannot be laid over {num_slices} slices: the slice count must divide the "
+        raise InputError(f"mesh {named} cannot be laid over {num_slices} slices: the slice count must divide the "
                          f"product of the outer axes (e.g. mesh.data={num_slices})")
     ici = [size // d for size, d in zip(sizes, dcn)]
     if dcn[0] != num_slices:
-        logger.warning("mesh %s over %d slices: %s cross the data-center network between slices (mesh.data=%d "
-                       "keeps every other axis inside a slice)", named, num_slices,
-                       ", ".join(f"{a} ({d})" for a, d in zip(MESH_AXES, dcn) if d > 1), num_slices)
+        logger.warning("mesh %s over %d slices: %s cross the data-center network between slices (data %d across "
+                       "them, with the other axes spanning one slice, keeps every other axis inside a slice)",
+                       named, num_slices, ", ".join(f"{a} ({d})" for a, d in zip(MESH_AXES, dcn) if d > 1),
+                       num_slices)
     try:
         return mesh_utils.create_hybrid_device_mesh(ici, dcn, devices)
     except (NotImplementedError, AssertionError, ValueError):

@@ -142,8 +142,11 @@ def devices_for(topology: Topology | str, slices: int = 1):
     try:
         if topo.platform == "tpu":
             gen = next(g for g, c in CHIPS.items() if c is topo.chip)
+            # v4 runs its chip's two TensorCores as one device (megacore), as JAX does on a v4 VM; libtpu's
+            # default description has a device per core (v4-8: 8 devices for 4 chips)
+            extra = {"chip_config_name": "megacore"} if gen == "v4" else {}
             desc = topologies.get_topology_desc(platform="tpu", topology_name=f"{gen}:{topo.shape}",
-                                                num_slices=topo.slices)
+                                                num_slices=topo.slices, **extra)
         else:
             gen = next(g for g, c in CHIPS.items() if c is topo.chip)
             desc = topologies.get_topology_desc(gen, "cuda", target_config=gpu_target_config(gen),

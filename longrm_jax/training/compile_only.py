@@ -86,13 +86,14 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
     """Compile ``cfg``'s train step for ``topology`` and report (see the module docstring). Never raises for a
     step that does not fit: ``fits`` is False and ``error`` holds the memory plan's message."""
     from longrm_jax.training.data_source import slots as data_slots
-    from longrm_jax.training.loop import _groups_bound
+    from longrm_jax.training.loop import _groups_bound, check_rows_split
     from longrm_jax.training.state import lr_schedule, make_optimizer
     from longrm_jax.training.steps import StageSpec
 
     devices = topology.devices()
     m = cfg.mesh
     mesh = make_mesh(data=m.data, fsdp=m.fsdp, seq=m.seq, tensor=m.tensor, devices=devices)
+    check_rows_split(cfg, mesh)
     sizes = {k: int(v) for k, v in mesh.shape.items()}
     report = CompileReport(topology.label, topology.chips, host_count(devices), sizes, fits=False,
                            hbm_gib=topology.chip.hbm_bytes / GiB, mfu=mfu)

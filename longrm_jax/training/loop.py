@@ -94,6 +94,20 @@ def evaluate(eval_fn, state, eval_host: list[dict], mesh, seq_shards: int,
     return correct / max(total, 1.0)
 
 
+def check_rows_split(cfg: TrainConfig, mesh) -> None:
+    """A micro step's ``data.batch_rows`` rows are split over the mesh's data x fsdp devices: refuse a count that
+    does not divide (a run failed placing its first batch with a raw IndivisibleError; a compile for a topology
+    padded the rows and reported a step that would not run)."""
+    from longrm_jax.cli_support import InputError
+
+    split = int(mesh.shape["data"]) * int(mesh.shape["fsdp"])
+    if cfg.data.batch_rows % split:
+        raise InputError(f"data.batch_rows ({cfg.data.batch_rows}) must be a multiple of mesh data x fsdp "
+                         f"({mesh.shape['data']} x {mesh.shape['fsdp']} = {split}): each micro step's rows are split "
+                         f"over those devices (e.g. data.batch_rows={split * max(1, -(-cfg.data.batch_rows // split))},"
+                         " with grad_accum for the rows per optimizer step)")
+
+
 def _groups_bound(cfg: TrainConfig, observed: int) -> int:
     """Static number of groups per row the step is compiled for: ``data.max_groups_per_row`` or, when a row
     holds more, the next power of two (one more compilation); 1 for ``data.layout: rows``."""
@@ -246,6 +260,7 @@ def _prepare_inputs(cfg: TrainConfig, resume: bool) -> _RunInputs:
     if -1 not in sizes and jax.process_count() == 1 and math.prod(sizes) < len(devices):
         devices = devices[: math.prod(sizes)]  # a fixed-size mesh on a larger host uses its first devices
     mesh = make_mesh(data=m.data, fsdp=m.fsdp, seq=m.seq, tensor=m.tensor, devices=devices)
+    check_rows_split(cfg, mesh)
     tokenizer = load_tokenizer(cfg.data)
     records = train_records(cfg)
     eval_host = eval_batches(cfg, tokenizer) if (cfg.eval_before or cfg.eval_after) else []
