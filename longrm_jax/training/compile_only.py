@@ -82,6 +82,13 @@ def _flops_batch(cfg: TrainConfig, slots: int | None) -> np.ndarray:
     return np.repeat(np.arange(1, k + 1, dtype=np.int32), cfg.data.seq_len)[None].repeat(rows, 0)
 
 
+def _has_host_memory(devices) -> bool:
+    try:
+        return any(m.kind == "pinned_host" for m in devices[0].addressable_memories())
+    except Exception:  # noqa: BLE001 - a description that cannot say: assume it has none
+        return False
+
+
 def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4) -> CompileReport:
     """Compile ``cfg``'s train step for ``topology`` and report (see the module docstring). Never raises for a
     step that does not fit: ``fits`` is False and ``error`` holds the memory plan's message."""
@@ -106,6 +113,11 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
     mcfg, note = _model_config(cfg)
     if note:
         out.append(note)
+    if cfg.optim.offload_state and not _has_host_memory(devices):
+        # JAX's compile-only GPU devices have no memory spaces: a pinned_host sharding stays on the device
+        out.append("note: optim.offload_state is not modelled for these compile-only devices (they have no host "
+                   "memory space): the AdamW moments are counted on the device, so the peak is an upper bound "
+                   "(a run keeps them in pinned host memory between steps)")
     slots = data_slots(cfg)
     num_rejects = 0 if cfg.stage == "sft" else cfg.data.num_rejects
     total_steps = cfg.steps or 1000
