@@ -38,7 +38,7 @@ from longrm_jax.parallel.topology import GiB, Topology
 class ProgramReport:
     name: str
     arguments: int
-    outputs: int
+    outputs: int  # not aliased to a donated argument
     temp: int
     peak: int
     flops: float | None  # XLA's cost analysis, per chip (loop bodies once)
@@ -47,7 +47,8 @@ class ProgramReport:
 
     def describe(self, hbm: int) -> str:
         xla = "n/a" if self.flops is None else flop_text(self.flops)
-        return (f"{self.name}: arguments {self.arguments / GiB:.2f} + outputs {self.outputs / GiB:.2f} + "
+        return (f"{self.name}: arguments {self.arguments / GiB:.2f} + outputs not in donated arguments "
+                f"{self.outputs / GiB:.2f} + "
                 f"temporaries {self.temp / GiB:.2f} = peak {self.peak / GiB:.2f} GiB of {hbm / GiB:.1f} "
                 f"({'fits' if self.peak <= hbm else 'DOES NOT FIT'}); {flop_text(self.counted)} per chip "
                 f"(XLA's cost analysis, loop bodies once: {xla}); {describe_counts(self.counts)}")
@@ -70,7 +71,8 @@ def _program(name: str, compiled, counted: float) -> ProgramReport:
     ma = compiled.memory_analysis()
     args, outs, alias, temp = (int(getattr(ma, f"{k}_size_in_bytes", 0) or 0)
                                for k in ("argument", "output", "alias", "temp"))
-    return ProgramReport(name, args, outs, temp, args + outs - alias + temp, cost_flops(compiled),
+    # outputs written into donated arguments (the decode's KV cache) take no memory of their own
+    return ProgramReport(name, args, outs - alias, temp, args + outs - alias + temp, cost_flops(compiled),
                          hlo_op_counts(compiled.as_text()), counted)
 
 
