@@ -11,7 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from longrm_jax.cli_support import add_debug_flag
+from longrm_jax.cli_support import InputError, add_debug_flag
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
 from longrm_jax.evaluation.samples import DEFAULT_SEED
 from longrm_jax.xla_flags import GPU_DECODE_XLA_FLAGS, add_gpu_xla_flags
@@ -206,8 +206,6 @@ def check_args(args: argparse.Namespace) -> None:
     touched: every error names the flag and what it needs (exit status 2)."""
     import os
 
-    from longrm_jax.cli_support import InputError
-
     counts = [("--max-new-tokens", args.max_new_tokens, 1), ("--batch-size", args.batch_size, 1),
               ("--max-batch-tokens", args.max_batch_tokens, 1), ("--decode-chunk", args.decode_chunk, 1),
               ("--limit", args.limit, 1), ("--max-length", args.max_length, MIN_MAX_LENGTH)]
@@ -241,8 +239,6 @@ MIN_MAX_LENGTH = 16
 def _check_writable_dir(flag: str, path: str) -> None:
     """``path`` is (or can be created as) a directory: neither it nor an existing parent is a file."""
     import os
-
-    from longrm_jax.cli_support import InputError
 
     probe = os.path.abspath(path)
     while not os.path.exists(probe):

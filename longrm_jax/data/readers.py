@@ -207,7 +207,7 @@ class _Row:
     def response(self, field: str, value: Any = _MISSING) -> str:
         """A response given as text or, as TRL's conversational rows give it, as one assistant message."""
         value = self.get(field) if value is _MISSING else value
-        if isinstance(value, (list, tuple)) and value and all(isinstance(m, dict) for m in value):
+        if _is_messages(value):
             if len(value) != 1:
                 raise self.error(field, f"expected one assistant message, got {len(value)} messages")
             role = value[0].get("role")
@@ -219,7 +219,7 @@ class _Row:
     def responses(self, field: str) -> tuple[str, ...]:
         """One or more responses: text, a list of texts, or one assistant message (TRL's conversational rows)."""
         value = self.get(field)
-        if isinstance(value, (list, tuple)) and value and all(isinstance(m, dict) for m in value):
+        if _is_messages(value):
             return (self.response(field, value),)
         return self.text_list(field, allow_str=True)
 
@@ -228,6 +228,11 @@ class _Row:
 
 
 _RESPONSE_FIELDS = {"golden", "response", "completion", "chosen", "rejected", "rejects", "candidates"}
+
+
+def _is_messages(value) -> bool:
+    """A non-empty list of message objects (TRL's conversational responses), not a list of texts."""
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(m, dict) for m in value)
 
 
 def _describe(value) -> str:

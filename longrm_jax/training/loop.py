@@ -19,6 +19,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from longrm_jax.cli_support import InputError
 from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.training import batches as batch_lib
 from longrm_jax.training.checkpoint import Checkpointer, completed_steps, is_training_checkpoint, saved_run_config
@@ -98,8 +99,6 @@ def check_rows_split(cfg: TrainConfig, mesh) -> None:
     """A micro step's ``data.batch_rows`` rows are split over the mesh's data x fsdp devices: refuse a count that
     does not divide (a run failed placing its first batch with a raw IndivisibleError; a compile for a topology
     padded the rows and reported a step that would not run)."""
-    from longrm_jax.cli_support import InputError
-
     split = int(mesh.shape["data"]) * int(mesh.shape["fsdp"])
     if cfg.data.batch_rows % split:
         raise InputError(f"data.batch_rows ({cfg.data.batch_rows}) must be a multiple of mesh data x fsdp "
