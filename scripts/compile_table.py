@@ -98,8 +98,8 @@ def rows() -> list[dict]:
                             sets=[*one_gpu, f"data.seq_len={pair}"]))
             out.append(dict(id=f"simpo_full_pair_{k}K@{topo}", group="gpu-one",
                             config="configs/qwen3_8b_grm_simpo.yaml", topology=topo, length=f"2 x {k}K",
-                            label=f"Qwen3-8B SimPO, full parameters (bf16, AdamW state on the host, which a "
-                                  f"GPU compile counts on the device: an upper bound), 2 x {k}K",
+                            label=f"Qwen3-8B SimPO, full parameters (bf16, AdamW state on the host; the update's "
+                                  f"figure is an upper bound), 2 x {k}K",
                             sets=[*one_gpu, f"data.seq_len={pair}", "model.preset=qwen3_8b",
                                   "model.param_dtype=bfloat16", "optim.offload_state=true"]))
     # The LoRA 2 x 256K pair within a 96 GiB host budget: only the first 24 of 32 layers offload

@@ -268,3 +268,29 @@ def test_knobs_named_are_those_that_change_something():
     assert turned == ("a shorter data.seq_len; mesh.seq > 2 (sequence parallel: ring attention splits the "
                       "activations over devices); more devices on mesh.fsdp (weights, gradients and optimizer "
                       "state are sharded over them)")
+
+
+def test_offloaded_moments_on_devices_without_host_memory_are_moved_to_the_host_side(tmp_path, monkeypatch):
+    """JAX's compile-only GPU devices have no host memory space: a ``pinned_host`` sharding comes back without its
+    memory kind, so optim.offload_state's moments compile as device arguments. The plan moves them by their size:
+    host memory during the gradient program (beside its activations), device memory during the update (a run
+    brings them in for it), and the same state on devices that do place them gives the same gradient program."""
+    from longrm_jax.training import memory_plan, state as state_mod
+    from longrm_jax.training.memory_plan import GiB, bytes_per_device
+
+    cfg = load_config(None, TINY + [f"output_dir={tmp_path}", "model.remat=full", "optim.offload_state=true"])
+    placed = _plan(cfg, 64 * GiB)
+    monkeypatch.setattr(state_mod, "offload_optimizer_state", lambda _cfg, sh: sh)  # the memory kind is dropped
+    seen = []
+    real = memory_plan.state_placement
+    monkeypatch.setattr(memory_plan, "state_placement", lambda c, s: seen.append((s, real(c, s))) or seen[-1][1])
+    unplaced = _plan(cfg, 64 * GiB)
+    state, (device, host, moved) = seen[-1]
+    moments = bytes_per_device(state.opt_state)
+    assert moments > 0 and host == moved == moments
+    grads, update = unplaced.programs
+    assert grads.resident == device == placed.programs[0].resident
+    assert grads.host == placed.programs[0].host == moments  # no offloaded activations under remat full
+    assert update.resident == device + moments and update.host >= moments
+    on_device = load_config(None, TINY + [f"output_dir={tmp_path}", "model.remat=full"])
+    assert real(on_device, state) == (bytes_per_device(state), 0, 0)  # nothing moves without the setting

@@ -115,9 +115,11 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
         out.append(note)
     if cfg.optim.offload_state and not _has_host_memory(devices):
         # JAX's compile-only GPU devices have no memory spaces: a pinned_host sharding stays on the device
-        out.append("note: optim.offload_state is not modelled for these compile-only devices (they have no host "
-                   "memory space): the AdamW moments are counted on the device, so the peak is an upper bound "
-                   "(a run keeps them in pinned host memory between steps)")
+        # JAX's compile-only GPU devices have no host memory space: the plan moves the moments by their size
+        out.append("note: these compile-only devices have no host memory space, so optim.offload_state is modelled "
+                   "by hand: the AdamW moments count as pinned host memory during the gradient program and as "
+                   "device memory during the update (a run brings them in for it); the update's figure is an "
+                   "upper bound, 4.5 GiB above a run's plan for Qwen3-8B on one H100 (docs/compile_only.md)")
     slots = data_slots(cfg)
     num_rejects = 0 if cfg.stage == "sft" else cfg.data.num_rejects
     total_steps = cfg.steps or 1000

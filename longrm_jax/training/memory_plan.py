@@ -30,11 +30,13 @@ import dataclasses
 import logging
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 import jax
 import numpy as np
 
+from longrm_jax import xla_log
 from longrm_jax.models.layers import device_twin
 
 GiB = 2**30
@@ -163,6 +165,20 @@ def bytes_per_device(tree, *, memory: str = "device") -> int:
         shape = x.sharding.shard_shape(x.shape) if getattr(x, "sharding", None) is not None else x.shape
         total += int(np.prod(shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize
     return total
+
+
+def state_placement(cfg, state) -> tuple[int, int, int]:
+    """(device, host, unplaced): bytes per device of the train state between steps in device memory and in pinned
+    host memory, and of those host bytes the ones the devices could not place. ``optim.offload_state`` gives the
+    optimizer moments a ``pinned_host`` sharding; devices without a host memory space (JAX's compile-only GPU
+    devices) drop that memory kind, so the shardings say "device" and the moments are moved to the host side
+    here by their size (``unplaced``): a run on the real devices keeps them there between steps."""
+    device, host = bytes_per_device(state), bytes_per_device(state, memory="host")
+    unplaced = 0
+    if cfg.optim.offload_state and host == 0:
+        unplaced = bytes_per_device(state.opt_state)
+        device, host = device - unplaced, unplaced
+    return device, host, unplaced
 
 
 def predicted_peak(programs: list[ProgramMemory]) -> int:
@@ -336,10 +352,13 @@ class LowerBound:
         return text
 
 
-def lower_bound(state, batch: dict, mcfg, remat: str, grad_accum: int, devices: int) -> LowerBound:
+def lower_bound(state, batch: dict, mcfg, remat: str, grad_accum: int, devices: int,
+                state_device: int | None = None) -> LowerBound:
     """``LowerBound`` of a step on ``devices`` devices with abstract ``state`` and ``batch`` (as the plan builds
-    them); ``remat``: the configured policy (``auto`` counts no layer inputs: it may offload them)."""
-    bound = LowerBound(bytes_per_device(state), bytes_per_device(state.params), bytes_per_device(batch))
+    them); ``remat``: the configured policy (``auto`` counts no layer inputs: it may offload them);
+    ``state_device``: the state's device bytes when not its shardings' (``state_placement``)."""
+    resident = bytes_per_device(state) if state_device is None else state_device
+    bound = LowerBound(resident, bytes_per_device(state.params), bytes_per_device(batch))
     if remat not in ON_DEVICE_REMAT:
         return bound
     tokens = int(np.prod(batch["input_ids"].shape, dtype=np.int64)) // grad_accum
@@ -435,6 +454,8 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
         offloaded = split_offloaded(candidate)[1]
         return mcfg.offloaded_layers if offloaded is None else offloaded
 
+    xla_lines = Counter()  # XLA's memory lines hidden while compiling candidates (longrm_jax.xla_log)
+
     def compile_for(candidate):
         remat, chunk = parse_candidate(candidate, mcfg.mlp_chunk_tokens)
         codec = codec_for(mcfg.replace(remat=remat, mlp_chunk_tokens=chunk,
@@ -442,21 +463,26 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
         state, sh = abstract_state(cfg, codec, tx, mesh, key)
         step = jit_train_step(make_train_step(cfg, codec, tx, spec, schedule), sh,
                               batch_shardings(mesh, slotted=spec.slotted))
-        resident = bytes_per_device(state)  # the device-resident part (optim.offload_state: without the moments)
+        # the device-resident part (optim.offload_state: without the moments)
+        resident, state_host, unplaced = state_placement(cfg, state)
         inputs = {"gradients": bytes_per_device(batch), "update": bytes_per_device(state.params)}
         try:
-            with jax.set_mesh(mesh):
+            with jax.set_mesh(mesh), xla_log.quiet_xla_memory_lines(xla_lines):
                 compiled = step.compile(state, batch)
         except Exception as e:  # noqa: BLE001 - the compiler's out-of-memory refusal is a plan outcome, not a crash
             if "RESOURCE_EXHAUSTED" not in str(e):
                 raise
             name = "update" if "jit_update" in str(e) else "gradients"
-            return None, [ProgramMemory.refused_by_compiler(name, e, resident, inputs[name])]
-        programs = [ProgramMemory.of(n, c, resident, inputs[n]) for n, c in compiled.programs]
+            return None, [ProgramMemory.refused_by_compiler(name, e, resident + (unplaced if name == "update" else 0),
+                                                             inputs[name])]
+        # Moments the devices could not place in host memory were compiled as device arguments: the update
+        # holds them on the device as a run's update does (there, copies brought in from the host), so its
+        # figure keeps them; the gradient program never reads them.
+        programs = [ProgramMemory.of(n, c, resident + (unplaced if n == "update" else 0), inputs[n])
+                    for n, c in compiled.programs]
         # The offloaded moments occupy pinned host memory during both programs: the update reads (and aliases)
         # them, so its analysis counts them; the gradient program never reads them and its analysis leaves them
         # out, so they add to its offloaded activations.
-        state_host = bytes_per_device(state, memory="host")
         programs = [dataclasses.replace(p, host=p.host + state_host if p.name == "gradients"
                                         else max(p.host, state_host)) for p in programs if p is not None]
         return compiled, programs
@@ -464,15 +490,31 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
     candidates = AUTO_REMAT_ORDER if cfg.model.remat == "auto" else (mcfg.remat,)
     hints = reduce_hints(cfg, {k: int(v) for k, v in mesh.shape.items()})
     state, _ = abstract_state(cfg, codec_for(mcfg), tx, mesh, key)
-    bound = lower_bound(state, batch, mcfg, cfg.model.remat, cfg.grad_accum, mesh.size)
+    state_device, state_host, _ = state_placement(cfg, state)
+    bound = lower_bound(state, batch, mcfg, cfg.model.remat, cfg.grad_accum, mesh.size, state_device)
     refuse_early(bound, budget, cfg.model.remat, hints)
     try:
-        chosen, compiled, programs, tried = choose(compile_for, candidates, budget, host, hints)
+        chosen, compiled, programs, tried = choose_with_partial_offload(
+            compile_for, candidates, budget, host, hints, auto=cfg.model.remat == "auto",
+            num_layers=mcfg.num_layers, state_host=state_host)
+    finally:
+        if xla_lines:
+            log.info(xla_log.summary(xla_lines))
+    remat, chunk = parse_candidate(chosen, mcfg.mlp_chunk_tokens)
+    return StepPlan(remat, compiled, programs, tried, chunk, mesh.devices.flat[0].device_kind, bound,
+                    offloaded_layers(chosen))
+
+
+def choose_with_partial_offload(compile_for, candidates, budget: int | None, host: int | None, hints, *,
+                                auto: bool, num_layers: int, state_host: int):
+    """:func:`choose`, and under ``auto``, when every candidate fit the device but not the host, the last one
+    again with as many layers offloaded as the host takes (:func:`partial_offload_candidate`)."""
+    try:
+        return choose(compile_for, candidates, budget, host, hints)
     except MemoryPlanError as err:
         retry = None
-        if cfg.model.remat == "auto" and err.last is not None:
-            retry = partial_offload_candidate(*err.last, mcfg.num_layers, budget, host,
-                                              bytes_per_device(state, memory="host"))
+        if auto and err.last is not None:
+            retry = partial_offload_candidate(*err.last, num_layers, budget, host, state_host)
         if retry is None:
             raise
         log.info("auto: every policy fits the device but not the host budget; trying %s", retry)
@@ -480,10 +522,7 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
             chosen, compiled, programs, more = choose(compile_for, (retry,), budget, host, hints)
         except MemoryPlanError as again:
             raise MemoryPlanError(f"{err}\nauto then tried {retry}: {again}", err.tried + again.tried) from None
-        tried = err.tried + more
-    remat, chunk = parse_candidate(chosen, mcfg.mlp_chunk_tokens)
-    return StepPlan(remat, compiled, programs, tried, chunk, mesh.devices.flat[0].device_kind, bound,
-                    offloaded_layers(chosen))
+        return chosen, compiled, programs, err.tried + more
 
 
 def partial_offload_candidate(candidate: str, programs: list, num_layers: int, budget: int | None,

@@ -1,0 +1,33 @@
+"""longrm_jax.xla_log: XLA's memory lines, written to file descriptor 2 as XLA's C++ logging writes them, are
+counted and not shown while the memory plan compiles; every other line passes through in order."""
+
+import os
+
+from longrm_jax import xla_log
+
+SCHEDULER = (b"E1126 23:24:06.713176    9155 gpu_hlo_schedule.cc:1068] The byte size of input/output arguments "
+             b"(311385128964) exceeds the base limit (67954383257). This indicates an error in the calculation!\n")
+REMAT = (b"W1126 23:18:18.388905    5238 hlo_rematerialization.cc:3363] Can't reduce memory use below 46.39GiB "
+         b"(49809604896 bytes) by rematerialization; only reduced to 88.08GiB\n")
+
+
+def test_memory_lines_are_counted_and_the_rest_passes_through(capfd, monkeypatch):
+    monkeypatch.delenv("LONGRM_XLA_LOG", raising=False)
+    with xla_log.quiet_xla_memory_lines() as hidden:
+        os.write(2, b"first line\n" + SCHEDULER + SCHEDULER[:40])  # a line split over two writes
+        os.write(2, SCHEDULER[40:] + REMAT + b"E1126 other.cc:1] a real error\nno newline at the end")
+    err = capfd.readouterr().err
+    assert err == "first line\nE1126 other.cc:1] a real error\nno newline at the end"
+    assert hidden == {"XLA's GPU scheduler: a program's arguments exceed its memory limit": 2,
+                      "XLA's rematerialization: memory target not reached": 1}
+    assert xla_log.summary(hidden).startswith("XLA printed 3 memory lines while the plan compiled its candidates")
+    assert xla_log.summary(type(hidden)()) == ""
+    os.write(2, SCHEDULER)  # after the block: the descriptor is back
+    assert capfd.readouterr().err == SCHEDULER.decode()
+
+
+def test_longrm_xla_log_all_shows_everything(capfd, monkeypatch):
+    monkeypatch.setenv("LONGRM_XLA_LOG", "all")
+    with xla_log.quiet_xla_memory_lines() as hidden:
+        os.write(2, SCHEDULER)
+    assert capfd.readouterr().err == SCHEDULER.decode() and not hidden
