@@ -364,6 +364,7 @@ def main(args, argv=None) -> int:
         print(f"[bench_benchmark] {kind}: ours", flush=True)
         ours = run_ours(args, kind, model, data, os.path.join(work, f"out-{kind}"))
         _save_side(work, kind, "ours", ours)
+        device = (ours or {}).get("device", device)  # the peer's name for it below, when it runs
         peer = {}
         if not args.no_peer:
             print(f"[bench_benchmark] {kind}: PyTorch peer", flush=True)

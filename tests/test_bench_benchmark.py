@@ -46,6 +46,7 @@ def test_benchmark_smoke(capsys, tmp_path):
     timings = __import__("json").loads((tmp_path / "out-grm" / "timings.json").read_text())
     for key in ("load_s", "compile_s", "prefill_s", "decode_s", "aggregation_s"):
         assert key in timings
+    assert timings["device"] == "cpu"  # the device the seconds are of (a --no-peer run's report names it)
     # --peer-max-length (a bucket measured in another call is left out): every prompt of a longer bucket is
     # named as skipped, none is generated.
     capsys.readouterr()

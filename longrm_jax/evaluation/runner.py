@@ -24,6 +24,7 @@ import os
 import time
 from collections.abc import Sequence
 
+import jax
 import numpy as np
 
 from longrm_jax.data.records import DataError
@@ -533,6 +534,7 @@ def run_evaluation(cfg: EvalConfig) -> dict:
     write_outputs(cfg.resolved_save_path(), predictions, summary, settings)
     cfg.timings["aggregation_s"] = time.time() - begin
     cfg.timings["total_s"] = time.time() - started
+    cfg.timings["device"] = jax.devices()[0].device_kind  # which device these seconds are of
     with open(os.path.join(cfg.resolved_save_path(), "timings.json"), "w") as handle:
         json.dump(cfg.timings, handle, indent=2)
     return summary
