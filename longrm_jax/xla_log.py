@@ -49,6 +49,12 @@ def quiet_xla_memory_lines(hidden: Counter | None = None, stream_fd: int = 2):
     os.dup2(write_end, stream_fd)
     os.close(write_end)
 
+    def write(data: bytes) -> None:
+        try:
+            os.write(saved, data)
+        except OSError:  # the reader of stderr went away: keep draining the pipe so that no writer blocks
+            pass
+
     def forward():
         with os.fdopen(read_end, "rb", buffering=0) as pipe:
             pending = b""
@@ -62,9 +68,9 @@ def quiet_xla_memory_lines(hidden: Counter | None = None, stream_fd: int = 2):
                     else:
                         shown.append(line + b"\n")
                 if shown:
-                    os.write(saved, b"".join(shown))
+                    write(b"".join(shown))
             if pending:
-                os.write(saved, pending)
+                write(pending)
 
     thread = threading.Thread(target=forward, name="xla-log-filter", daemon=True)
     thread.start()

@@ -114,7 +114,6 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
     if note:
         out.append(note)
     if cfg.optim.offload_state and not _has_host_memory(devices):
-        # JAX's compile-only GPU devices have no memory spaces: a pinned_host sharding stays on the device
         # JAX's compile-only GPU devices have no host memory space: the plan moves the moments by their size
         out.append("note: these compile-only devices have no host memory space, so optim.offload_state is modelled "
                    "by hand: the AdamW moments count as pinned host memory during the gradient program and as "
