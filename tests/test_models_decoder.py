@@ -162,3 +162,23 @@ def test_add_gpu_xla_flags_appends_once_and_keeps_user_choices():
                              "--xla_gpu_enable_dynamic_slice_fusion=true"]
     assert add_gpu_xla_flags(environ=env) == value  # idempotent
     assert add_gpu_xla_flags(environ={}).split() == list(GPU_DECODE_XLA_FLAGS)
+
+
+@pytest.mark.parametrize("tokens,gathered", [((2, 128), True), ((1, 16), False)])
+def test_embedding_table_is_gathered_before_a_long_lookup(tokens, gathered):
+    """On a mesh, a batch with more tokens than the vocabulary looks up rows of a table whose model dim is
+    gathered first (a sharding constraint on the [V, D] table): from a table split over that dim XLA replicated
+    the [B, T, D] result on every device (compiled Qwen3-8B SimPO for h100x8x2, fsdp 2). A decode step's few
+    tokens read the split table. The values are the same (tests/test_training_distributed.py compares an
+    8-device step, whose batches take the gathered table, with one device)."""
+    from longrm_jax.parallel.mesh import make_mesh
+
+    cfg = tiny_config()
+    model = build_model(cfg, rngs=nnx.Rngs(0))
+    ids = jnp.ones(tokens, jnp.int32)
+    with jax.set_mesh(make_mesh(fsdp=8)):
+        jaxpr = jax.make_jaxpr(lambda m, x: m(x)[0])(model, ids)
+    table = (cfg.vocab_size, cfg.hidden_size)
+    constrained = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "sharding_constraint"
+                   and tuple(e.invars[0].aval.shape) == table]
+    assert bool(constrained) == gathered

@@ -251,7 +251,16 @@ class Decoder(nnx.Module):
         batch, length = input_ids.shape
         if positions is None:
             positions = default_positions(segment_ids, batch, length)
-        x = jnp.take(self.embed[...], input_ids, axis=0).astype(cfg.compute_dtype)
+        # A lookup from a table that FSDP splits over its model dim: XLA's SPMD partitioner cannot move the
+        # [B, T, D] result to the activations' layout and replicates it on every device (an "involuntary full
+        # rematerialization": f32[4, 131072, 4096] for the SimPO TPU config compiled for h100x8x2, fsdp 2).
+        # When the batch has more tokens than the table has rows, gathering the table first (as every layer's
+        # weights are) moves less; a decode step's few tokens keep the split table. The table stays in the
+        # parameter dtype: the lookup's gradient adds up every occurrence of a token.
+        table = self.embed[...]
+        if batch * length > table.shape[0]:
+            table = constrain(table, ("vocab", None), self.rules)
+        x = jnp.take(table, input_ids, axis=0).astype(cfg.compute_dtype)
         x = constrain(x, ("batch", "seq", "act_embed"), self.rules)
         inv_freq, attention_factor = _rope_tables(cfg)
         cos, sin = rope_cos_sin(positions, inv_freq, attention_factor, x.dtype)
