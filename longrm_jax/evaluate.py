@@ -16,6 +16,7 @@ from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
 from longrm_jax.evaluation.samples import DEFAULT_SEED
 from longrm_jax.xla_flags import GPU_DECODE_XLA_FLAGS, add_gpu_xla_flags
 from longrm_jax.parallel.mesh import MESH_AXES
+from longrm_jax.parallel.topology import program_budget
 
 
 def parse_mesh(text: str | None) -> dict[str, int] | None:
@@ -107,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "reported limit (memory_stats bytes_limit)")
     parser.add_argument("--mesh", type=parse_mesh, default=None,
                         help="device mesh, e.g. data=1,fsdp=8 or fsdp=2,seq=4 (seq > 1: ring attention over "
-                             "the sequence). Default: one device")
+                             "the sequence). Default: one device; with --compile-only, fsdp over every chip of the topology")
     parser.add_argument("--simulate-judgement-lengths", action="store_true",
                         help="benchmarking random-weight models only: end each judgement after a deterministic "
                              "per-prompt number of tokens drawn like real judgement lengths (a random model "
@@ -353,13 +354,15 @@ def _compile_only(args: argparse.Namespace) -> int:
     reports = compile_programs(mcfg, topology, mesh, is_disrm=args.is_disrm, rows=rows, length=length,
                                max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
                                decode_attention=args.decode_attention)
+    budget, how = program_budget(topology)
+    print(f"device budget per chip {budget / GiB:.1f} GiB: {how}")
     for report in reports:
-        print(report.describe(topology.chip.hbm_bytes))
-    too_big = [r for r in reports if r.peak > topology.chip.hbm_bytes]
+        print(report.describe(budget))
+    too_big = [r for r in reports if r.peak > budget]
     if too_big:
         r = too_big[0]
-        print(f"error: {topology.label}: {r.name} does not fit: predicted {r.peak / GiB:.2f} GiB per chip, available "
-              f"{topology.chip.hbm_bytes / GiB:.1f} GiB; reduce it with --compile-length / --batch-size, a mesh over "
+        print(f"error: {topology.label}: {r.name} does not fit: predicted {r.peak / GiB:.2f} GiB per chip, budget "
+              f"{budget / GiB:.1f} GiB; reduce it with --compile-length / --batch-size, a mesh over "
               "more chips (--mesh fsdp=N,seq=M) or a larger topology", file=sys.stderr)
         return 4
     return 0

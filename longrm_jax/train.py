@@ -192,8 +192,10 @@ def _compile_only(cfg, args) -> int:
     report = compile_train_step(cfg, topology, mfu=args.assume_mfu)
     print("\n".join(report.lines))
     if not report.fits:
-        first = report.error.splitlines()[0] if report.error else "the step does not fit"
-        print(f"error: {topology.label}: {first}", file=sys.stderr)
+        # The plan's whole message is in the report above; the error line names the verdict only.
+        first = report.error.splitlines()[0].rstrip(":") if report.error else "the step does not fit"
+        print(f"error: {topology.label}: {first} (the memory plan's figures and what reduces them: above)",
+              file=sys.stderr)
         return 4
     return 0
 

@@ -90,5 +90,5 @@ def summary(hidden: Counter) -> str:
     if not hidden:
         return ""
     parts = "; ".join(f"{n} x {what}" for what, n in hidden.items())
-    return (f"XLA printed {sum(hidden.values())} memory lines while the plan compiled its candidates ({parts}); "
-            f"the plan's own figures say what fits; LONGRM_XLA_LOG=all shows them")
+    return (f"XLA printed {sum(hidden.values())} memory lines while compiling ({parts}); the programs' own "
+            f"memory figures say what fits; LONGRM_XLA_LOG=all shows them")

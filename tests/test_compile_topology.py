@@ -53,8 +53,9 @@ def test_mesh_that_leaves_devices_unused_says_so(capsys, tmp_path):
                                          r"axis sizes must multiply to 4 \(e\.g\. fsdp 4 \(train: --set "
                                          r"mesh\.fsdp=4; evaluate: --mesh fsdp=4\)\)"):
         make_mesh(fsdp=1, devices=jax.devices()[:4])
-    with pytest.raises(InputError, match=r"spans 8 devices, but there are 4: .*data x seq x tensor \(now 8\) "
-                                         r"must divide 4: make them smaller"):
+    with pytest.raises(InputError, match=r"spans 8 devices, but there are 4: .*\(e\.g\. seq 4, fsdp 1 \(train: "
+                                         r"--set mesh\.seq=4 --set mesh\.fsdp=1; evaluate: --mesh seq=4,fsdp=1\): "
+                                         r"data x seq x tensor \(now 8\) must divide 4\)"):
         make_mesh(fsdp=1, seq=8, devices=jax.devices()[:4])
     with pytest.raises(InputError, match=r"4 devices do not divide into mesh .*the axes other than the -1 one span 8"):
         make_mesh(fsdp=-1, seq=8, devices=jax.devices()[:4])
@@ -274,3 +275,19 @@ def test_evaluate_cli_compile_only_grm_with_default_budget_on_a_multislice(tmp_p
     assert rc == 0, out
     assert "topology 2 x v5p-8: 8 x TPU v5 (2 host(s))" in out and "GRM 1 layers" in out, out
     assert out.count("fits") >= 2 and "decode" in out, out
+
+
+def test_gpu_budget_is_what_a_run_leaves_the_programs():
+    """A GPU run's programs get XLA_PYTHON_CLIENT_MEM_FRACTION of the card (the README's advised 0.95 unless this
+    process sets it) less ~4 GiB of cuDNN workspace; a TPU program the chip's HBM. --compile-only checks against
+    that, not the whole card (a 78.3 GiB plan on an H100 said "fits" and would not run)."""
+    from longrm_jax.parallel.topology import GiB, parse, program_budget
+
+    h100 = parse("h100x1")
+    budget, how = program_budget(h100, environ={})
+    assert budget == int(h100.chip.hbm_bytes * 0.95) - 4 * GiB and round(budget / GiB, 1) == 71.2
+    assert "95% of 79.1 GiB HBM" in how and "JAX's default is 0.75" in how
+    budget, how = program_budget(h100, environ={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.75"})
+    assert budget == int(h100.chip.hbm_bytes * 0.75) - 4 * GiB and "as set here" in how
+    v5p = parse("v5p-8")
+    assert program_budget(v5p, environ={})[0] == v5p.chip.hbm_bytes

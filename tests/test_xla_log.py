@@ -20,7 +20,7 @@ def test_memory_lines_are_counted_and_the_rest_passes_through(capfd, monkeypatch
     assert err == "first line\nE1126 other.cc:1] a real error\nno newline at the end"
     assert hidden == {"XLA's GPU scheduler: a program's arguments exceed its memory limit": 2,
                       "XLA's rematerialization: memory target not reached": 1}
-    assert xla_log.summary(hidden).startswith("XLA printed 3 memory lines while the plan compiled its candidates")
+    assert xla_log.summary(hidden).startswith("XLA printed 3 memory lines while compiling")
     assert xla_log.summary(type(hidden)()) == ""
     os.write(2, SCHEDULER)  # after the block: the descriptor is back
     assert capfd.readouterr().err == SCHEDULER.decode()

@@ -16,6 +16,8 @@ docs/flops.md counts them (:func:`counted_flops`), beside XLA's cost analysis, w
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from dataclasses import dataclass, field
 
 import jax
@@ -23,6 +25,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import NamedSharding
 
+from longrm_jax import xla_log
 from longrm_jax.evaluation.estimate import prefill_flops
 from longrm_jax.evaluation.generation import _jitted_decode, _jitted_prefill, prepare_for_decoding
 from longrm_jax.evaluation.scoring import _JITTED_CLASSIFIER, _JITTED_GATHERED
@@ -33,6 +36,8 @@ from longrm_jax.parallel.compiled import cost_flops, describe_counts, flop_text,
 from longrm_jax.parallel.mesh import logical_to_spec
 from longrm_jax.parallel.placement import fit_spec
 from longrm_jax.parallel.topology import GiB, Topology
+
+log = logging.getLogger(__name__)
 
 @dataclass
 class ProgramReport:
@@ -45,12 +50,12 @@ class ProgramReport:
     counts: dict = field(default_factory=dict)
     counted: float = 0.0  # docs/flops.md count, per chip
 
-    def describe(self, hbm: int) -> str:
+    def describe(self, budget: int) -> str:
         xla = "n/a" if self.flops is None else flop_text(self.flops)
         return (f"{self.name}: arguments {self.arguments / GiB:.2f} + outputs not in donated arguments "
                 f"{self.outputs / GiB:.2f} + "
-                f"temporaries {self.temp / GiB:.2f} = peak {self.peak / GiB:.2f} GiB of {hbm / GiB:.1f} "
-                f"({'fits' if self.peak <= hbm else 'DOES NOT FIT'}); {flop_text(self.counted)} per chip "
+                f"temporaries {self.temp / GiB:.2f} = peak {self.peak / GiB:.2f} GiB of the {budget / GiB:.1f} GiB "
+                f"budget ({'fits' if self.peak <= budget else 'DOES NOT FIT'}); {flop_text(self.counted)} per chip "
                 f"(XLA's cost analysis, loop bodies once: {xla}); {describe_counts(self.counts)}")
 
 
@@ -109,26 +114,31 @@ def compile_programs(mcfg, topology: Topology, mesh, *, is_disrm: bool, rows: in
     reports = []
     chips = mesh.devices.size
     model = abstract_model(mcfg, mesh, decoding=not is_disrm, decode_attention=decode_attention)
-    with compiling_for(list(mesh.devices.flat)), jax.set_mesh(mesh):
-        if is_disrm:
-            if seq == 1 and mcfg.pad_token_id is not None:
-                compiled = _JITTED_CLASSIFIER.lower(model, ids).compile()
-            else:
-                compiled = _JITTED_GATHERED.lower(model, ids, positions, rows_only).compile()
-            return [_program(f"scoring [{rows} x {length}]", compiled,
-                             counted_flops(mcfg, "scoring", rows, length) / chips)]
-        letters = jax.ShapeDtypeStruct((4,), jnp.int32, sharding=NamedSharding(mesh, logical_to_spec(None)))
-        prefill = _jitted_prefill(length + max_new_tokens).lower(model, ids, positions, rows_only, letters)
-        compiled = prefill.compile()
-        reports.append(_program(f"prefill [{rows} x {length}]", compiled,
-                                counted_flops(mcfg, "prefill", rows, length) / chips))
-        cache, first, first_letters = _with_shardings(prefill.out_info, compiled.output_shardings)
-        stops = jax.ShapeDtypeStruct((2,), jnp.int32, sharding=NamedSharding(mesh, logical_to_spec(None)))
-        decode = _jitted_decode(max_new_tokens, int(mcfg.pad_token_id or 0), topology.platform != "cpu")
-        compiled = decode.lower(model, cache, first, first_letters, rows_only, stops, letters).compile()
-        reports.append(_program(f"decode [{rows} rows, cache {length + max_new_tokens}, {max_new_tokens} steps]",
-                                compiled, counted_flops(mcfg, "decode", rows, length, max_new_tokens) / chips))
-    return reports
+    hidden = Counter()  # XLA's memory lines while compiling a program that does not fit (longrm_jax.xla_log)
+    try:
+        with compiling_for(list(mesh.devices.flat)), jax.set_mesh(mesh), xla_log.quiet_xla_memory_lines(hidden):
+            if is_disrm:
+                if seq == 1 and mcfg.pad_token_id is not None:
+                    compiled = _JITTED_CLASSIFIER.lower(model, ids).compile()
+                else:
+                    compiled = _JITTED_GATHERED.lower(model, ids, positions, rows_only).compile()
+                return [_program(f"scoring [{rows} x {length}]", compiled,
+                                 counted_flops(mcfg, "scoring", rows, length) / chips)]
+            letters = jax.ShapeDtypeStruct((4,), jnp.int32, sharding=NamedSharding(mesh, logical_to_spec(None)))
+            prefill = _jitted_prefill(length + max_new_tokens).lower(model, ids, positions, rows_only, letters)
+            compiled = prefill.compile()
+            reports.append(_program(f"prefill [{rows} x {length}]", compiled,
+                                    counted_flops(mcfg, "prefill", rows, length) / chips))
+            cache, first, first_letters = _with_shardings(prefill.out_info, compiled.output_shardings)
+            stops = jax.ShapeDtypeStruct((2,), jnp.int32, sharding=NamedSharding(mesh, logical_to_spec(None)))
+            decode = _jitted_decode(max_new_tokens, int(mcfg.pad_token_id or 0), topology.platform != "cpu")
+            compiled = decode.lower(model, cache, first, first_letters, rows_only, stops, letters).compile()
+            reports.append(_program(f"decode [{rows} rows, cache {length + max_new_tokens}, {max_new_tokens} steps]",
+                                    compiled, counted_flops(mcfg, "decode", rows, length, max_new_tokens) / chips))
+        return reports
+    finally:
+        if hidden:
+            log.info(xla_log.summary(hidden))
 
 
 def _with_shardings(out_info, shardings):

@@ -14,6 +14,7 @@ Mesh axes (any may have size 1):
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 
 import jax
@@ -77,9 +78,19 @@ def make_mesh(
     total = int(np.prod(sizes))
     if total != n:
         others = total // sizes[1]  # every axis but fsdp
-        hint = (f"fsdp {n // others} (train: --set mesh.fsdp={n // others}; evaluate: --mesh fsdp={n // others})"
-                if n % others == 0 else
-                f"data x seq x tensor (now {others}) must divide {n}: make them smaller, then fsdp fills up")
+        if n % others == 0:
+            hint = f"fsdp {n // others} (train: --set mesh.fsdp={n // others}; evaluate: --mesh fsdp={n // others})"
+        else:  # shrink data, seq, tensor to their largest divisors that fit, then fsdp takes the rest
+            fit, left = {}, n
+            for name, size in zip(("data", "seq", "tensor"), (sizes[0], sizes[2], sizes[3])):
+                fit[name] = math.gcd(size, left)
+                left //= fit[name]
+            fit["fsdp"] = left
+            changed = {k: v for k, v in fit.items() if k == "fsdp" or v != sizes[MESH_AXES.index(k)]}
+            hint = (", ".join(f"{k} {v}" for k, v in changed.items()) + " (train: "
+                    + " ".join(f"--set mesh.{k}={v}" for k, v in changed.items()) + "; evaluate: --mesh "
+                    + ",".join(f"{k}={v}" for k, v in changed.items()) + f"): data x seq x tensor (now {others}) "
+                    f"must divide {n}")
         raise InputError(
             f"mesh {dict(zip(MESH_AXES, sizes))} spans {total} device{'s' if total != 1 else ''}, but there are "
             f"{n}: the mesh must use every device, so its axis sizes must multiply to {n} (e.g. {hint})")

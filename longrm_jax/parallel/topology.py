@@ -83,6 +83,30 @@ class Topology:
         return devices_for(self)
 
 
+# A run on a GPU gives its programs the allocator's pool, XLA_PYTHON_CLIENT_MEM_FRACTION of the card (JAX's
+# default 0.75; the README advises 0.95 for long rows), less what cuDNN takes beside the pool for its workspaces
+# (measured about 4 GiB, docs/perf_training.md); training.memory_plan.device_budget takes the same off a real
+# device's allocator limit.
+GPU_RUNTIME_HEADROOM = 4 * GiB
+ADVISED_GPU_MEM_FRACTION = 0.95
+
+
+def program_budget(topology: Topology, environ=None) -> tuple[int, str]:
+    """(bytes, how): the device memory a run's programs may use on one chip of ``topology``. TPU: the chip's HBM.
+    GPU: the pool a run gets (``XLA_PYTHON_CLIENT_MEM_FRACTION`` where this process has it set, else the README's
+    advised 0.95) less ``GPU_RUNTIME_HEADROOM``."""
+    hbm = topology.chip.hbm_bytes
+    if topology.platform != "gpu":
+        return hbm, f"the chip's {hbm / GiB:.1f} GiB HBM"
+    environ = os.environ if environ is None else environ
+    set_here = environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    fraction = float(set_here) if set_here else ADVISED_GPU_MEM_FRACTION
+    budget = int(hbm * fraction) - GPU_RUNTIME_HEADROOM
+    source = "as set here" if set_here else "the README's advice; JAX's default is 0.75"
+    return budget, (f"{fraction:.0%} of {hbm / GiB:.1f} GiB HBM (XLA_PYTHON_CLIENT_MEM_FRACTION={fraction:g}, "
+                    f"{source}) less {GPU_RUNTIME_HEADROOM / GiB:.0f} GiB of cuDNN workspace")
+
+
 def known_names() -> str:
     tpu = ", ".join(f"{g}-N" for g in _CORES_PER_CHIP)
     return f"{tpu} (Cloud TPU slice names), h100xG, h200xG, h100xGxH (G GPUs per host x H hosts)"

@@ -25,9 +25,10 @@ import numpy as np
 from longrm_jax.ops.flash import compiling_for
 from longrm_jax.parallel.compiled import cost_flops, describe_counts, flop_text, hlo_op_counts
 from longrm_jax.parallel.mesh import make_mesh
-from longrm_jax.parallel.topology import GiB, Topology, host_count, step_seconds
+from longrm_jax.parallel.topology import GiB, Topology, host_count, program_budget, step_seconds
 from longrm_jax.training.config import ModelSection, TrainConfig
-from longrm_jax.training.memory_plan import MemoryPlanError, plan_train_step, predicted_host, predicted_peak
+from longrm_jax.training.memory_plan import (HOST_RAM_SHARE, MemoryPlanError, plan_train_step, predicted_host,
+                                             predicted_peak)
 from longrm_jax.training.telemetry import step_flops
 
 
@@ -43,6 +44,7 @@ class CompileReport:
     remat: str = ""
     peak_gib: float = 0.0
     hbm_gib: float = 0.0
+    budget_gib: float = 0.0  # what a run's programs may use (parallel.topology.program_budget)
     host_gib: float = 0.0
     flops_counted: float = 0.0
     flops_compiled: float | None = None
@@ -105,11 +107,19 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
     report = CompileReport(topology.label, topology.chips, host_count(devices), sizes, fits=False,
                            hbm_gib=topology.chip.hbm_bytes / GiB, mfu=mfu)
     out = report.lines
+    budget, how = program_budget(topology)
+    if cfg.memory_budget_gib is not None:
+        budget, how = int(cfg.memory_budget_gib * GiB), "memory_budget_gib"
+    report.budget_gib = budget / GiB
     out.append(f"topology {topology.label}: {topology.chips} x {topology.chip.device_kind} "
                f"({report.hosts} host(s)), {report.hbm_gib:.1f} GiB HBM per chip; compile only, nothing runs")
+    out.append(f"device budget per chip {report.budget_gib:.1f} GiB: {how}")
+    per_step = cfg.data.batch_rows * cfg.grad_accum
+    groups = (f", {cfg.pipeline_rows_per_step} preference group(s) of {1 + cfg.data.num_rejects} rows"
+              if cfg.data.layout == "rows" and cfg.stage != "sft" else "")
     out.append("mesh " + " x ".join(f"{k} {v}" for k, v in sizes.items()) + f"; stage {cfg.stage}, "
-               f"{cfg.pipeline_rows_per_step} rows x {cfg.data.seq_len} tokens per step"
-               f" ({cfg.data.batch_rows} per micro step x grad_accum {cfg.grad_accum})")
+               f"{per_step} rows x {cfg.data.seq_len} tokens per step ({cfg.data.batch_rows} per micro step x "
+               f"grad_accum {cfg.grad_accum}{groups})")
     mcfg, note = _model_config(cfg)
     if note:
         out.append(note)
@@ -127,7 +137,7 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
     key = jax.random.key(cfg.seed + 1)
     try:
         with compiling_for(devices):
-            plan = plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, device_bytes=topology.chip.hbm_bytes)
+            plan = plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, device_bytes=budget)
     except MemoryPlanError as e:
         report.error = str(e)
         out.append(str(e))
@@ -136,12 +146,18 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
     report.remat = plan.remat
     report.peak_gib = predicted_peak(plan.programs) / GiB
     report.host_gib = predicted_host(plan.programs) / GiB
-    out.append(f"model.remat={plan.remat}{plan.offloaded_setting}" + (f" (auto: tried {', '.join(plan.tried)})"
-                                                                     if cfg.model.remat == "auto" else ""))
+    tiled = f", model.mlp_chunk_tokens={plan.mlp_chunk_tokens}" if plan.mlp_chunk_tokens else ""
+    out.append(f"model.remat={plan.remat}{tiled}{plan.offloaded_setting}"
+               + (f" (auto: tried {', '.join(plan.tried)})" if cfg.model.remat == "auto" else ""))
     out.append("per chip:")
     out += [f"  {p.describe()}" for p in plan.programs]
     out.append(f"  peak {report.peak_gib:.2f} GiB of {report.hbm_gib:.1f} GiB HBM "
-               f"({100 * report.peak_gib / report.hbm_gib:.0f}%): fits")
+               f"({100 * report.peak_gib / report.hbm_gib:.0f}%), within the budget of {report.budget_gib:.1f} GiB: "
+               "fits")
+    if report.host_gib and cfg.host_memory_budget_gib is None:
+        out.append(f"  pinned host memory {report.host_gib:.1f} GiB per device is not checked: the target host's RAM "
+                   "is unknown here; set host_memory_budget_gib to check it (a run's default: "
+                   f"{HOST_RAM_SHARE:.0%} of its host's RAM shared by its GPUs)")
     compiled = [(name, c) for name, c in plan.step.programs]
     per_chip = [cost_flops(c) for _, c in compiled]
     counted = step_flops(mcfg, cfg.head, _flops_batch(cfg, slots))

@@ -38,6 +38,7 @@ import numpy as np
 
 from longrm_jax import xla_log
 from longrm_jax.models.layers import device_twin
+from longrm_jax.parallel.topology import GPU_RUNTIME_HEADROOM
 
 GiB = 2**30
 log = logging.getLogger(__name__)
@@ -54,8 +55,9 @@ AUTO_REMAT_ORDER = ("none", "save_attention_out", "save_attention_out" + TILED_M
 # What a GPU needs beyond the compiled program's figure: cuDNN's attention workspaces (measured on an H200,
 # Qwen3-8B 2 x 64K: peak 119.8 GiB for 115.8 predicted) and room against fragmentation (an H100 run planned at
 # 74.7 of 75.2 GiB failed to place its 60.4 GiB temporary block). Kept free when the budget comes from the
-# allocator; an explicit memory_budget_gib is taken as given.
-GPU_HEADROOM = 4 * 2**30
+# allocator; an explicit memory_budget_gib is taken as given. Compile-only budgets take the same
+# (parallel.topology.program_budget).
+GPU_HEADROOM = GPU_RUNTIME_HEADROOM
 # Tokens per MLP chunk that auto uses: the chunk's matmuls ([8192, D] x [D, F]) still fill a Hopper GPU, and its
 # intermediates are 0.2 GiB each at F = 14336 in bf16.
 AUTO_MLP_CHUNK_TOKENS = 8192
