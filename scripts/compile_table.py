@@ -6,7 +6,7 @@ row length, on this host (no TPU or GPU needed).
     python scripts/compile_table.py --markdown          # print the tables from the stored results only
 
 Each row runs ``python -m longrm_jax.train --config C --compile-only --topology T --set ...`` in its own process
-and reads what it prints (peak GiB per chip against the chip's HBM, the remat policy, the step time at 40% MFU,
+and reads what it prints (peak GiB per chip against the device budget, the remat policy, the step time at 40% MFU,
 Mosaic kernels and collectives), or the memory plan's message when the step does not fit (exit status 4).
 Results are kept in ``docs/results/compile_table.json`` (a row already there is not compiled again unless
 ``--force``); the markdown tables are printed at the end. An 8B step takes minutes to compile.
@@ -201,8 +201,9 @@ def markdown(results: dict) -> str:
         lines += [f"- {row['label']}: {_cell(r)}." for row, r in refused]
     lines += ["", "**GPU meshes, compiled, not run** (Qwen3-8B shapes, bf16 weights and AdamW state, remat `full`, "
               "ring attention over all GPUs (`mesh.seq`) with `pallas` blocks, the MLP in 8,192-token tiles "
-              "(`model.mlp_chunk_tokens`) where not said otherwise; peak GiB per GPU, HBM H100 79.1, "
-              "H200 141 GiB; step time at 40% MFU of 989 TFLOP/s per GPU):", "",
+              "(`model.mlp_chunk_tokens`) where not said otherwise; peak GiB per GPU against the device budget a run "
+              "leaves its programs, H100 71.2 and H200 130.0 GiB (95% of 79.1 / 141 GiB HBM less 4 GiB of cuDNN "
+              "workspace; docs/compile_only.md); step time at 40% MFU of 989 TFLOP/s per GPU):", "",
               "| setup | GPUs | peak per GPU, step time |", "|---|---|---|"]
     for row in rows():
         if row["group"] in ("gpu", "gpu-pairs"):
@@ -210,8 +211,7 @@ def markdown(results: dict) -> str:
     one = [row for row in rows() if row["group"] == "gpu-one"]
     lines += ["", "**One GPU, longest pairs, compiled, not run** (remat `offload_layer_inputs`, MLP in 8,192-token "
               "tiles; peak GiB on the device + pinned host GiB; the default host budget is 96 GiB "
-              "(`host_memory_budget_gib`); a run also needs about 4 GiB of cuDNN workspace beyond the compiled "
-              "figure and XLA's client memory fraction, so on an H100 keep the compiled peak under about 71 GiB):",
+              "(`host_memory_budget_gib`); checked against the same device budgets, H100 71.2 and H200 130.0 GiB):",
               "", "| setup | GPU | peak, step time at 40% MFU |", "|---|---|---|"]
     lines += [f"| {row['label']} | {row['topology']} | {_cell(results.get(row['id']))} |" for row in one]
     return "\n".join(lines)
