@@ -266,8 +266,13 @@ def reduce_hints(cfg, mesh_shape: dict) -> tuple[str, ...]:
     hints.append("a shorter data.seq_len" + (", or fewer data.batch_rows per micro step (grad_accum keeps the "
                                              "step's batch)" if rows_per_device > 1 else ""))
     seq = mesh_shape.get("seq", 1)
-    hints.append(f"mesh.seq > {seq} (sequence parallel: ring attention splits the activations over devices)")
-    hints.append("more devices on mesh.fsdp (weights, gradients and optimizer state are sharded over them)")
+    if int(np.prod(list(mesh_shape.values()))) == 1:  # one device: the mesh knobs need more of them first
+        hints.append("more devices (GPUs, or a larger --topology when compiling), then mesh.seq > 1 (sequence "
+                     "parallel: ring attention splits the activations over them) or mesh.fsdp > 1 (weights, "
+                     "gradients and optimizer state sharded over them)")
+    else:
+        hints.append(f"mesh.seq > {seq} (sequence parallel: ring attention splits the activations over devices)")
+        hints.append("more devices on mesh.fsdp (weights, gradients and optimizer state are sharded over them)")
     if cfg.lora.rank == 0:
         hints.append("lora.rank > 0 (LoRA: no gradients or optimizer state for the base weights)")
     if cfg.model.param_dtype == "float32":
