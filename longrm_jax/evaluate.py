@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "reported limit (memory_stats bytes_limit)")
     parser.add_argument("--mesh", type=parse_mesh, default=None,
                         help="device mesh, e.g. data=1,fsdp=8 or fsdp=2,seq=4 (seq > 1: ring attention over "
-                             "the sequence). Default: one device; with --compile-only, fsdp over every chip of the topology")
+                             "the sequence). Default: one device; with --compile-only, fsdp over every chip of "
+                             "the topology")
     parser.add_argument("--simulate-judgement-lengths", action="store_true",
                         help="benchmarking random-weight models only: end each judgement after a deterministic "
                              "per-prompt number of tokens drawn like real judgement lengths (a random model "
