@@ -21,7 +21,8 @@ LAYERS = (
     ("longrm_jax.data", "longrm_jax.hf"),
     ("longrm_jax.models",),
     ("longrm_jax.ops",),
-    ("longrm_jax.parallel", "longrm_jax.losses", "longrm_jax.cli_support", "longrm_jax.xla_flags"),
+    ("longrm_jax.parallel", "longrm_jax.losses", "longrm_jax.cli_support", "longrm_jax.xla_flags",
+     "longrm_jax.xla_log"),
 )
 # Packages of one layer that must not import each other either (siblings, not a chain).
 INDEPENDENT = (
@@ -30,8 +31,9 @@ INDEPENDENT = (
     ("longrm_jax.parallel", "longrm_jax.losses"),
 )
 # losses.py is pure: jax only; cli_support (one-line errors, --debug) serves every CLI, data's included;
-# xla_flags (process-wide flags the CLIs set before the backend starts) knows nothing else of the package.
-LEAVES = ("longrm_jax.losses", "longrm_jax.cli_support", "longrm_jax.xla_flags")
+# xla_flags (process-wide flags the CLIs set before the backend starts) and xla_log (XLA's C++ memory log lines
+# hidden while programs compile) know nothing else of the package.
+LEAVES = ("longrm_jax.losses", "longrm_jax.cli_support", "longrm_jax.xla_flags", "longrm_jax.xla_log")
 
 def module_name(path: pathlib.Path) -> str:
     parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
