@@ -5,31 +5,51 @@ XLA print lines meant for XLA's own developers: the GPU scheduler's "The byte si
 (...) exceeds the base limit (...). This indicates an error in the calculation!" (46 of them for one
 Qwen3-8B ``--compile-only`` on an H100) and the rematerialization pass's "Can't reduce memory use below ...".
 The plan reports every candidate's memory itself. XLA writes these lines from C++ straight to file descriptor
-2, so no Python logging setting reaches them: :func:`quiet_xla_memory_lines` routes descriptor 2 through a pipe
-while it is active, passes every other line through as it comes and counts the hidden ones, which the caller
-logs once. ``LONGRM_XLA_LOG=all`` turns the filter off.
+2, so no Python logging setting reaches them: :func:`quiet_xla_memory_lines` routes descriptor 2 through a
+filter process while it is active, which passes every other line through as it comes and counts the hidden
+ones; the caller logs the count once. A process rather than a thread of ours: if the compiler aborts, the
+filter still reads what it wrote last (the reason) and prints it. ``LONGRM_XLA_LOG=all`` turns the filter off.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-import re
+import subprocess
 import sys
-import threading
+import tempfile
 from collections import Counter
 
 # (pattern, what it is): lines matching a pattern are counted, not shown.
 MEMORY_LINES = (
-    (re.compile(rb"gpu_hlo_schedule\.cc:\d+\] The byte size of input/output arguments"),
+    (r"gpu_hlo_schedule\.cc:\d+\] The byte size of input/output arguments",
      "XLA's GPU scheduler: a program's arguments exceed its memory limit"),
-    (re.compile(rb"hlo_rematerialization\.cc:\d+\] Can't reduce memory use below"),
+    (r"hlo_rematerialization\.cc:\d+\] Can't reduce memory use below",
      "XLA's rematerialization: memory target not reached"),
 )
 
+# The filter process: stdin lines to stdout unless a pattern matches; counts (what -> lines) to the file argv[2].
+_FILTER = r"""
+import json, re, sys
+patterns = [(re.compile(p.encode()), what) for p, what in json.loads(sys.argv[1])]
+hidden, out = {}, sys.stdout.buffer
+for line in sys.stdin.buffer:
+    what = next((w for p, w in patterns if p.search(line)), None)
+    if what is None:
+        out.write(line)
+        out.flush()
+    else:
+        hidden[what] = hidden.get(what, 0) + 1
+with open(sys.argv[2], "w") as f:
+    json.dump(hidden, f)
+"""
 
-def _kind(line: bytes) -> str | None:
-    return next((what for pattern, what in MEMORY_LINES if pattern.search(line)), None)
+
+def _flush_python_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):  # Python's buffered text goes out before the descriptor moves
+        with contextlib.suppress(Exception):
+            stream.flush()
 
 
 @contextlib.contextmanager
@@ -41,48 +61,32 @@ def quiet_xla_memory_lines(hidden: Counter | None = None, stream_fd: int = 2):
     if os.environ.get("LONGRM_XLA_LOG", "").lower() == "all":
         yield hidden
         return
-    for stream in (sys.stdout, sys.stderr):  # Python's buffered text goes out before the descriptor moves
-        with contextlib.suppress(Exception):
-            stream.flush()
+    _flush_python_streams()
     saved = os.dup(stream_fd)
-    read_end, write_end = os.pipe()
-    os.dup2(write_end, stream_fd)
-    os.close(write_end)
-
-    def write(data: bytes) -> None:
-        try:
-            os.write(saved, data)
-        except OSError:  # the reader of stderr went away: keep draining the pipe so that no writer blocks
-            pass
-
-    def forward():
-        with os.fdopen(read_end, "rb", buffering=0) as pipe:
-            pending = b""
-            while chunk := pipe.read(65536):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                shown = []
-                for line in lines:
-                    if (what := _kind(line)) is not None:
-                        hidden[what] += 1
-                    else:
-                        shown.append(line + b"\n")
-                if shown:
-                    write(b"".join(shown))
-            if pending:
-                write(pending)
-
-    thread = threading.Thread(target=forward, name="xla-log-filter", daemon=True)
-    thread.start()
+    handle, counts_path = tempfile.mkstemp(prefix="longrm_xla_log_", suffix=".json")
+    os.close(handle)
+    try:
+        child = subprocess.Popen([sys.executable, "-S", "-c", _FILTER, json.dumps(MEMORY_LINES), counts_path],
+                                 stdin=subprocess.PIPE, stdout=saved, stderr=saved)
+    except OSError:  # no filter to be had: show everything rather than fail the compile
+        os.close(saved)
+        os.unlink(counts_path)
+        yield hidden
+        return
+    os.dup2(child.stdin.fileno(), stream_fd)
+    child.stdin.close()  # the descriptor holds the pipe's write end now
     try:
         yield hidden
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os.dup2(saved, stream_fd)  # the pipe's last write end closes: the thread reads to the end and stops
-        thread.join()
+        _flush_python_streams()
+        os.dup2(saved, stream_fd)  # the pipe's last write end closes: the filter reads to the end and stops
         os.close(saved)
+        child.wait()
+        with contextlib.suppress(OSError, ValueError):
+            with open(counts_path) as f:
+                hidden.update(json.load(f))
+        with contextlib.suppress(OSError):
+            os.unlink(counts_path)
 
 
 def summary(hidden: Counter) -> str:

@@ -31,3 +31,18 @@ def test_longrm_xla_log_all_shows_everything(capfd, monkeypatch):
     with xla_log.quiet_xla_memory_lines() as hidden:
         os.write(2, SCHEDULER)
     assert capfd.readouterr().err == SCHEDULER.decode() and not hidden
+
+
+def test_what_the_compiler_writes_before_it_aborts_is_still_shown(tmp_path):
+    """The filter is a process of its own: a compiler that aborts inside the block (an XLA check failure) loses
+    nothing it wrote, the reason included."""
+    import subprocess
+    import sys
+
+    code = ("import os\nfrom longrm_jax import xla_log\nwith xla_log.quiet_xla_memory_lines():\n"
+            f"    os.write(2, {SCHEDULER!r} + b'F1126 some_pass.cc:1] Check failed: the reason\\n')\n"
+            "    os.abort()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if k != "LONGRM_XLA_LOG"})
+    assert proc.returncode != 0
+    assert b"Check failed: the reason" in proc.stderr and b"byte size" not in proc.stderr
