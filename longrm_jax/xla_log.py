@@ -89,6 +89,18 @@ def quiet_xla_memory_lines(hidden: Counter | None = None, stream_fd: int = 2):
             os.unlink(counts_path)
 
 
+@contextlib.contextmanager
+def counted(log, hidden: Counter | None = None):
+    """Yields ``hidden`` (a new ``Counter`` when None) for the :func:`quiet_xla_memory_lines` blocks inside;
+    on exit, however it exits, logs :func:`summary` on ``log`` at INFO when anything was hidden."""
+    hidden = Counter() if hidden is None else hidden
+    try:
+        yield hidden
+    finally:
+        if hidden:
+            log.info(summary(hidden))
+
+
 def summary(hidden: Counter) -> str:
     """One line for the log: what was hidden, or "" when nothing was."""
     if not hidden:

@@ -17,7 +17,6 @@ docs/flops.md counts them (:func:`counted_flops`), beside XLA's cost analysis, w
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from dataclasses import dataclass, field
 
 import jax
@@ -114,31 +113,28 @@ def compile_programs(mcfg, topology: Topology, mesh, *, is_disrm: bool, rows: in
     reports = []
     chips = mesh.devices.size
     model = abstract_model(mcfg, mesh, decoding=not is_disrm, decode_attention=decode_attention)
-    hidden = Counter()  # XLA's memory lines while compiling a program that does not fit (longrm_jax.xla_log)
-    try:
-        with compiling_for(list(mesh.devices.flat)), jax.set_mesh(mesh), xla_log.quiet_xla_memory_lines(hidden):
-            if is_disrm:
-                if seq == 1 and mcfg.pad_token_id is not None:
-                    compiled = _JITTED_CLASSIFIER.lower(model, ids).compile()
-                else:
-                    compiled = _JITTED_GATHERED.lower(model, ids, positions, rows_only).compile()
-                return [_program(f"scoring [{rows} x {length}]", compiled,
-                                 counted_flops(mcfg, "scoring", rows, length) / chips)]
-            letters = jax.ShapeDtypeStruct((4,), jnp.int32, sharding=NamedSharding(mesh, logical_to_spec(None)))
-            prefill = _jitted_prefill(length + max_new_tokens).lower(model, ids, positions, rows_only, letters)
-            compiled = prefill.compile()
-            reports.append(_program(f"prefill [{rows} x {length}]", compiled,
-                                    counted_flops(mcfg, "prefill", rows, length) / chips))
-            cache, first, first_letters = _with_shardings(prefill.out_info, compiled.output_shardings)
-            stops = jax.ShapeDtypeStruct((2,), jnp.int32, sharding=NamedSharding(mesh, logical_to_spec(None)))
-            decode = _jitted_decode(max_new_tokens, int(mcfg.pad_token_id or 0), topology.platform != "cpu")
-            compiled = decode.lower(model, cache, first, first_letters, rows_only, stops, letters).compile()
-            reports.append(_program(f"decode [{rows} rows, cache {length + max_new_tokens}, {max_new_tokens} steps]",
-                                    compiled, counted_flops(mcfg, "decode", rows, length, max_new_tokens) / chips))
-        return reports
-    finally:
-        if hidden:
-            log.info(xla_log.summary(hidden))
+    # XLA's memory lines, when a program does not fit, are counted, not printed (longrm_jax.xla_log)
+    with (compiling_for(list(mesh.devices.flat)), jax.set_mesh(mesh), xla_log.counted(log) as hidden,
+          xla_log.quiet_xla_memory_lines(hidden)):
+        if is_disrm:
+            if seq == 1 and mcfg.pad_token_id is not None:
+                compiled = _JITTED_CLASSIFIER.lower(model, ids).compile()
+            else:
+                compiled = _JITTED_GATHERED.lower(model, ids, positions, rows_only).compile()
+            return [_program(f"scoring [{rows} x {length}]", compiled,
+                             counted_flops(mcfg, "scoring", rows, length) / chips)]
+        letters = jax.ShapeDtypeStruct((4,), jnp.int32, sharding=NamedSharding(mesh, logical_to_spec(None)))
+        prefill = _jitted_prefill(length + max_new_tokens).lower(model, ids, positions, rows_only, letters)
+        compiled = prefill.compile()
+        reports.append(_program(f"prefill [{rows} x {length}]", compiled,
+                                counted_flops(mcfg, "prefill", rows, length) / chips))
+        cache, first, first_letters = _with_shardings(prefill.out_info, compiled.output_shardings)
+        stops = jax.ShapeDtypeStruct((2,), jnp.int32, sharding=NamedSharding(mesh, logical_to_spec(None)))
+        decode = _jitted_decode(max_new_tokens, int(mcfg.pad_token_id or 0), topology.platform != "cpu")
+        compiled = decode.lower(model, cache, first, first_letters, rows_only, stops, letters).compile()
+        reports.append(_program(f"decode [{rows} rows, cache {length + max_new_tokens}, {max_new_tokens} steps]",
+                                compiled, counted_flops(mcfg, "decode", rows, length, max_new_tokens) / chips))
+    return reports
 
 
 def _with_shardings(out_info, shardings):

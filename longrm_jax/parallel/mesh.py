@@ -81,11 +81,8 @@ def make_mesh(
         if n % others == 0:
             hint = f"fsdp {n // others} (train: --set mesh.fsdp={n // others}; evaluate: --mesh fsdp={n // others})"
         else:  # shrink data, seq, tensor to their largest divisors that fit, then fsdp takes the rest
-            fit, left = {}, n
-            for name, size in zip(("data", "seq", "tensor"), (sizes[0], sizes[2], sizes[3])):
-                fit[name] = math.gcd(size, left)
-                left //= fit[name]
-            fit["fsdp"] = left
+            kept, left = _split_greedily((sizes[0], sizes[2], sizes[3]), n)
+            fit = dict(zip(("data", "seq", "tensor"), kept)) | {"fsdp": left}
             changed = {k: v for k, v in fit.items() if k == "fsdp" or v != sizes[MESH_AXES.index(k)]}
             hint = (", ".join(f"{k} {v}" for k, v in changed.items()) + " (train: "
                     + " ".join(f"--set mesh.{k}={v}" for k, v in changed.items()) + "; evaluate: --mesh "
@@ -113,6 +110,16 @@ def make_mesh(
         return Mesh(grid, MESH_AXES, axis_types=axis_types)
 
 
+def _split_greedily(sizes, count: int) -> tuple[list[int], int]:
+    """``count`` split over ``sizes`` in order, each taking its largest divisor of what is left: (the factor
+    each size takes, what is left over)."""
+    factors = []
+    for size in sizes:
+        factors.append(math.gcd(size, count))
+        count //= factors[-1]
+    return factors, count
+
+
 def _multislice_grid(sizes: list[int], devices, num_slices: int) -> np.ndarray:
     """Devices of a TPU multislice arranged as the mesh ``sizes``: the slices (joined by the data-center network,
     far slower than the chips' own links) split the outermost axes that divide by them, data first, then fsdp:
@@ -120,10 +127,7 @@ def _multislice_grid(sizes: list[int], devices, num_slices: int) -> np.ndarray:
     ring's hops or tensor parallelism's per-layer exchanges."""
     from jax.experimental import mesh_utils
 
-    dcn, left = [1] * len(sizes), num_slices
-    for i, size in enumerate(sizes):
-        dcn[i] = int(np.gcd(size, left))
-        left //= dcn[i]
+    dcn, left = _split_greedily(sizes, num_slices)
     named = dict(zip(MESH_AXES, sizes))
     if left != 1:
         raise InputError(f"mesh {named} cannot be laid over {num_slices} slices: the slice count must divide the "

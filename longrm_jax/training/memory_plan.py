@@ -52,12 +52,11 @@ log = logging.getLogger(__name__)
 TILED_MLP = "+tiled_mlp"
 AUTO_REMAT_ORDER = ("none", "save_attention_out", "save_attention_out" + TILED_MLP, "full", "full" + TILED_MLP,
                     "offload_layer_inputs_and_attention", "offload_layer_inputs", "offload_layer_inputs" + TILED_MLP)
-# What a GPU needs beyond the compiled program's figure: cuDNN's attention workspaces (measured on an H200,
-# Qwen3-8B 2 x 64K: peak 119.8 GiB for 115.8 predicted) and room against fragmentation (an H100 run planned at
-# 74.7 of 75.2 GiB failed to place its 60.4 GiB temporary block). Kept free when the budget comes from the
-# allocator; an explicit memory_budget_gib is taken as given. Compile-only budgets take the same
+# What a GPU needs beyond the compiled program's figure (GPU_RUNTIME_HEADROOM): cuDNN's attention workspaces
+# (measured on an H200, Qwen3-8B 2 x 64K: peak 119.8 GiB for 115.8 predicted) and room against fragmentation (an
+# H100 run planned at 74.7 of 75.2 GiB failed to place its 60.4 GiB temporary block). Kept free when the budget
+# comes from the allocator; an explicit memory_budget_gib is taken as given. Compile-only budgets take the same
 # (parallel.topology.program_budget).
-GPU_HEADROOM = GPU_RUNTIME_HEADROOM
 # Tokens per MLP chunk that auto uses: the chunk's matmuls ([8192, D] x [D, F]) still fill a Hopper GPU, and its
 # intermediates are 0.2 GiB each at F = 14336 in bf16.
 AUTO_MLP_CHUNK_TOKENS = 8192
@@ -212,7 +211,7 @@ def host_budget(local_devices: int, budget_gib: float | None = None) -> int | No
 
 def device_budget(devices, budget_gib: float | None = None) -> int | None:
     """Bytes one device may use: ``budget_gib`` when given, else the smallest ``bytes_limit`` of the devices'
-    allocators (GPU/TPU; the GPU pool is ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of the card), less ``GPU_HEADROOM``
+    allocators (GPU/TPU; the GPU pool is ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of the card), less ``GPU_RUNTIME_HEADROOM``
     on a GPU. None on backends that
     report no limit (CPU): no check there unless a budget is configured."""
     if budget_gib is not None:
@@ -222,7 +221,7 @@ def device_budget(devices, budget_gib: float | None = None) -> int | None:
         stats = d.memory_stats() if hasattr(d, "memory_stats") else None
         if not stats or not stats.get("bytes_limit"):
             return None
-        headroom = GPU_HEADROOM if getattr(d, "platform", "") == "gpu" else 0
+        headroom = GPU_RUNTIME_HEADROOM if getattr(d, "platform", "") == "gpu" else 0
         limits.append(int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)) - headroom)
     return min(limits) if limits else None
 
@@ -470,8 +469,12 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
         state, sh = abstract_state(cfg, codec, tx, mesh, key)
         step = jit_train_step(make_train_step(cfg, codec, tx, spec, schedule), sh,
                               batch_shardings(mesh, slotted=spec.slotted))
-        # the device-resident part (optim.offload_state: without the moments)
+        # The device-resident state (optim.offload_state: without the moments). Moments the devices could not
+        # place in host memory were compiled as device arguments: the update holds them on the device as a run's
+        # update does (there, copies brought in from the host), so its figure keeps them; the gradient program
+        # never reads them.
         resident, state_host, unplaced = state_placement(cfg, state)
+        resident = {"gradients": resident, "update": resident + unplaced}
         inputs = {"gradients": bytes_per_device(batch), "update": bytes_per_device(state.params)}
         try:
             with jax.set_mesh(mesh), xla_log.quiet_xla_memory_lines(xla_lines):
@@ -480,13 +483,8 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
             if "RESOURCE_EXHAUSTED" not in str(e):
                 raise
             name = "update" if "jit_update" in str(e) else "gradients"
-            return None, [ProgramMemory.refused_by_compiler(name, e, resident + (unplaced if name == "update" else 0),
-                                                             inputs[name])]
-        # Moments the devices could not place in host memory were compiled as device arguments: the update
-        # holds them on the device as a run's update does (there, copies brought in from the host), so its
-        # figure keeps them; the gradient program never reads them.
-        programs = [ProgramMemory.of(n, c, resident + (unplaced if n == "update" else 0), inputs[n])
-                    for n, c in compiled.programs]
+            return None, [ProgramMemory.refused_by_compiler(name, e, resident[name], inputs[name])]
+        programs = [ProgramMemory.of(n, c, resident[n], inputs[n]) for n, c in compiled.programs]
         # The offloaded moments occupy pinned host memory during both programs: the update reads (and aliases)
         # them, so its analysis counts them; the gradient program never reads them and its analysis leaves them
         # out, so they add to its offloaded activations.
@@ -500,13 +498,10 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
     state_device, state_host, _ = state_placement(cfg, state)
     bound = lower_bound(state, batch, mcfg, cfg.model.remat, cfg.grad_accum, mesh.size, state_device)
     refuse_early(bound, budget, cfg.model.remat, hints)
-    try:
+    with xla_log.counted(log, xla_lines):
         chosen, compiled, programs, tried = choose_with_partial_offload(
             compile_for, candidates, budget, host, hints, auto=cfg.model.remat == "auto",
             num_layers=mcfg.num_layers, state_host=state_host)
-    finally:
-        if xla_lines:
-            log.info(xla_log.summary(xla_lines))
     remat, chunk = parse_candidate(chosen, mcfg.mlp_chunk_tokens)
     return StepPlan(remat, compiled, programs, tried, chunk, mesh.devices.flat[0].device_kind, bound,
                     offloaded_layers(chosen))
