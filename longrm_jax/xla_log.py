@@ -30,8 +30,10 @@ MEMORY_LINES = (
 )
 
 # The filter process: stdin lines to stdout unless a pattern matches; counts (what -> lines) to the file argv[2].
+# It stops at the end of its input, when the caller restores the descriptor, and not on Ctrl-C.
 _FILTER = r"""
-import json, re, sys
+import json, re, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: keep draining to the end
 patterns = [(re.compile(p.encode()), what) for p, what in json.loads(sys.argv[1])]
 hidden, out = {}, sys.stdout.buffer
 for line in sys.stdin.buffer:

@@ -46,3 +46,21 @@ def test_what_the_compiler_writes_before_it_aborts_is_still_shown(tmp_path):
                           env={k: v for k, v in os.environ.items() if k != "LONGRM_XLA_LOG"})
     assert proc.returncode != 0
     assert b"Check failed: the reason" in proc.stderr and b"byte size" not in proc.stderr
+
+
+def test_ctrl_c_inside_the_block_leaves_stderr_whole():
+    """Ctrl-C reaches the whole process group, the filter included: it ignores SIGINT and drains to the end, so
+    the caller's descriptor comes back and nothing written before or after is lost (no traceback of its own)."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import os, time\nfrom longrm_jax import xla_log\ntry:\n    with xla_log.quiet_xla_memory_lines():\n"
+            "        os.write(2, b'before\\n')\n        time.sleep(60)\nexcept KeyboardInterrupt:\n"
+            "    os.write(2, b'interrupted\\n')\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, start_new_session=True,
+                            env={k: v for k, v in os.environ.items() if k != "LONGRM_XLA_LOG"})
+    first = proc.stderr.readline()  # through the filter: the block is entered
+    os.killpg(proc.pid, signal.SIGINT)
+    err = first + proc.communicate(timeout=60)[1]
+    assert proc.returncode == 0 and err == b"before\ninterrupted\n", err
