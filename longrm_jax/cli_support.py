@@ -9,6 +9,7 @@ the message is what the user needs; the traceback is for bug reports.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -94,6 +95,20 @@ def _libtpu_installed() -> bool:
     return importlib.util.find_spec("libtpu") is not None
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(others: int = logging.WARNING) -> None:
+    """Our log lines at INFO and up on stderr, in one format with the time and the module; other libraries'
+    (jax, orbax, ...) from ``others`` up. Without it Python shows only warnings, bare, and drops our INFO lines
+    (the memory plan's retries, the XLA lines it hid, the mesh it chose). Adds no handler where logging is
+    already configured (a program that embeds ours, pytest)."""
+    logging.basicConfig(level=others, format=LOG_FORMAT)
+    package = logging.getLogger("longrm_jax")
+    if package.level == logging.NOTSET:
+        package.setLevel(logging.INFO)
+
+
 def silence_absl_warnings() -> None:
     """orbax / grain log through absl; their routine warnings (e.g. about unset options) are noise to a CLI
     user. Our own logging is unaffected."""
@@ -102,8 +117,6 @@ def silence_absl_warnings() -> None:
     except ImportError:
         return
     absl_logging.set_verbosity(absl_logging.ERROR)
-    import logging
-
     logging.getLogger("absl").setLevel(logging.ERROR)
 
 

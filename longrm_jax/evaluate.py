@@ -261,7 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _evaluate(argv: Sequence[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from longrm_jax.cli_support import configure_logging
+
     if args.compile_only or args.topology:
+        configure_logging()
         return _compile_only(args)
     if not args.data_path:
         parser.error("the following arguments are required: --data-path")
@@ -269,7 +272,7 @@ def _evaluate(argv: Sequence[str]) -> int:
     from longrm_jax.ops import slow_paths
 
     slow_paths.set_strict(args.strict_kernels)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(others=logging.INFO)
     apply_gpu_decode_flags(args)  # before anything below touches a device
     if args.compilation_cache:
         import jax

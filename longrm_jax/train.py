@@ -92,6 +92,9 @@ def _train(argv: list[str]) -> int:
     from longrm_jax.ops import slow_paths
 
     slow_paths.set_strict(cfg.strict_kernels or args.strict_kernels)
+    from longrm_jax.cli_support import configure_logging
+
+    configure_logging()
     if args.compile_only or args.topology:
         return _compile_only(cfg, args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -58,6 +58,10 @@ def parse_args(argv=None):
     p.add_argument("--eval-samples", type=int, default=1, help="samples per task file (--limit)")
     p.add_argument("--eval-tasks", default="LongQA,Safety", help="Long-RewardBench task files to evaluate")
     p.add_argument("--max-new-tokens", type=int, default=64, help="GRM generation budget per judgement")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="a training setting after the script's own (repeatable; it wins over them), e.g. the H100's "
+                        "full-parameter recipe: --set model.remat=offload_layer_inputs --set "
+                        "model.mlp_chunk_tokens=8192 --set optim.offload_state=true")
     _bench.add_common_flags(p, iters=None, warmup=None, smoke_help="tiny shapes on the CPU")
     p.add_argument("--keep", action="store_true", help="keep the working directory")
     return p.parse_args(argv)
@@ -225,7 +229,8 @@ def main(argv=None) -> int:
                  f"data.synthetic={{lengths: [{max(length - 64, 8)}]}}", f"steps={args.steps}", "log_every=1",
                  "eval_before=false", "eval_after=false", "checkpoint.every=1", "checkpoint.keep=1",
                  "checkpoint.overwrite=true", "checkpoint.on_low_disk=delete_oldest",
-                 "checkpoint.save_host_gb=8", "mesh.data=1", "mesh.fsdp=1", "mesh.seq=1", f"output_dir={run_dir}"]:
+                 "checkpoint.save_host_gb=8", "mesh.data=1", "mesh.fsdp=1", "mesh.seq=1", f"output_dir={run_dir}",
+                 *args.overrides]:
         train += ["--set", item]
     ckpt_dir = os.path.join(run_dir, "checkpoints")
 

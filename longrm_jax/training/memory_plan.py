@@ -439,9 +439,10 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
     """Compile the train step for abstract inputs (no weights loaded) and check that it fits the devices;
     with ``model.remat: auto`` try ``AUTO_REMAT_ORDER`` and keep the first that fits.
 
-    ``device_bytes``: the memory of one of the mesh's devices when they cannot say it themselves (compile-only
-    devices of a topology: the chip's HBM, ``parallel.topology``); ``memory_budget_gib`` still wins. The host
-    budget for offloaded activations is then ``host_memory_budget_gib`` only (the target host's RAM is unknown)."""
+    ``device_bytes``: the budget of one of the mesh's devices when they cannot say their memory themselves
+    (compile-only devices of a topology); the caller has already applied ``memory_budget_gib`` to it
+    (``training.compile_only``). The host budget for offloaded activations is then ``host_memory_budget_gib``
+    only (the target host's RAM is unknown)."""
     from longrm_jax.training.batches import batch_shardings
     from longrm_jax.training.model_setup import codec_for
     from longrm_jax.training.state import abstract_state
@@ -449,7 +450,7 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
 
     budget = host = None
     if device_bytes is not None:
-        budget = int(cfg.memory_budget_gib * GiB) if cfg.memory_budget_gib is not None else device_bytes
+        budget = device_bytes
         host = int(cfg.host_memory_budget_gib * GiB) if cfg.host_memory_budget_gib is not None else None
     elif cfg.memory_check:
         budget = device_budget(mesh.local_devices, cfg.memory_budget_gib)

@@ -1,0 +1,23 @@
+# Call M (a new user's chain on the GPU most users have): scripts/e2e_gpu.py on one H100 80 GB, one model per call
+# (each took 475-536 s on an H200, session 5): HF checkpoint -> python -m longrm_jax.train (SIGKILL after the
+# first checkpoint) -> --resume -> python -m longrm_jax.export -> python -m longrm_jax.evaluate, 2 x 32K pairs.
+# PART=qwen: Qwen3-8B SimPO, full parameters, with the H100's full-parameter recipe (README, settings by length:
+# the moments in pinned host memory, so their checkpoint and restore run through that placement too).
+# PART=llama: Llama-3.1-8B BT with the shipped LoRA (bf16 base), remat full.
+# Run: PART=qwen bash scripts/device/callM_e2e_h100.sh   (then PART=llama)
+source scripts/device/common.sh
+case ${PART:-qwen} in
+  qwen) ARGS=(--model qwen3_8b --scratch /dev/shm --set model.remat=offload_layer_inputs --set model.mlp_chunk_tokens=8192
+              --set optim.offload_state=true) ;;
+  llama) ARGS=(--model llama31_8b --scratch /dev/shm --set model.remat=full) ;;
+  *) echo "PART must be qwen or llama"; exit 2 ;;
+esac
+( while sleep 5; do echo "$(date -u +%T) host_used_GiB=$(free -g | awk '/Mem:/{print $3}') gpu=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"; done ) > $OUT/e2e_${PART:-qwen}.mon &
+MON=$!
+W=/tmp/e2e_${PART:-qwen}
+echo "=== $(date -u +%T) python3 scripts/e2e_gpu.py ${ARGS[*]} --work $W --keep --benchmarks-md $OUT/benchmarks_section.md" | tee $OUT/summary.txt
+timeout 585 python3 scripts/e2e_gpu.py "${ARGS[@]}" --work $W --keep --benchmarks-md $OUT/benchmarks_section.md 2>&1 | tee $OUT/e2e.log | tail -40
+echo "rc=$?" | tee -a $OUT/summary.txt
+kill $MON 2>/dev/null
+awk -F'host_used_GiB=' '{split($2,a," "); if (a[1]+0>m) m=a[1]+0} END {print "max host used GiB (free -g):", m}' $OUT/e2e_${PART:-qwen}.mon | tee -a $OUT/summary.txt
+for f in $W/*.log $W/run/metrics.jsonl $W/run/memory_plan.json $W/phases.json $W/eval/results.csv; do [ -f "$f" ] && cp "$f" $OUT/ ; done
