@@ -96,3 +96,24 @@ def test_bounded_host_memory_save_restores_the_same_state(tmp_path):
     ck.close()
     # The other tools read it like any checkpoint (same on-disk format).
     assert ckpt_lib.is_training_checkpoint(str(tmp_path / "c"))
+
+
+def test_saves_are_synchronous_when_the_step_keeps_pinned_host_memory(capsys):
+    """checkpoint.async_save null: an asynchronous save's host copy of the state would sit beside the step's pinned
+    buffers, so a step with pinned host memory (offloaded activations or moments) saves before the next step runs;
+    an explicit setting wins."""
+    from longrm_jax.training.config import load_config
+    from longrm_jax.training.loop import _async_save
+    from longrm_jax.training.memory_plan import GiB, ProgramMemory
+
+    def plan(host):
+        return collections.namedtuple("Plan", "programs")([ProgramMemory("gradients", 0, 0, 0, 0, 0, host)])
+
+    cfg = load_config(None, ["checkpoint.every=10"])
+    assert cfg.checkpoint.async_save is None
+    assert _async_save(cfg, plan(0)) is True and capsys.readouterr().out == ""
+    assert _async_save(cfg, plan(int(48.5 * GiB))) is False
+    assert "48.5 GiB of pinned host memory" in capsys.readouterr().out
+    for explicit in (True, False):
+        cfg = load_config(None, ["checkpoint.every=10", f"checkpoint.async_save={str(explicit).lower()}"])
+        assert _async_save(cfg, plan(int(48.5 * GiB))) is explicit

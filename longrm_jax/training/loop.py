@@ -29,7 +29,7 @@ from longrm_jax.training.data_source import (count_batches, degenerate_groups, e
 from longrm_jax.training.data_source import slots as data_slots
 from longrm_jax.training.distributed import maybe_initialize
 from longrm_jax.training.interrupt import StopSignals, TrainingInterrupted
-from longrm_jax.training.memory_plan import peak_device_gib, plan_train_step
+from longrm_jax.training.memory_plan import GiB, peak_device_gib, plan_train_step, predicted_host
 from longrm_jax.training.model_setup import codec_for, load_model, model_config
 from longrm_jax.training.run_dir import (ResumeMismatchError, SetAside, check_fresh_run_allowed,
                                          check_resume_compatible, set_aside_previous_run, trim_metrics)
@@ -201,14 +201,14 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
              f"{' (auto)' if cfg.data.window_groups is None else ''}, rows of {max(iterator.buckets)} tokens")
         aside = None
         if inputs.resumable:
-            ckpt = _checkpointer(cfg, inputs)
+            ckpt = _checkpointer(cfg, inputs, plan)
             state, start = _restore(ckpt, state, iterator, inputs.ckpt_dir)
         else:
             # Everything that could stop this run before training (memory plan, data, weights) has passed: only
             # now does the previous run make way, moved aside until this run's first checkpoint exists.
             aside = set_aside_previous_run(cfg.output_dir, inputs.ckpt_dir, inputs.has_checkpoint,
                                            cfg.checkpoint.overwrite)
-            ckpt = _checkpointer(cfg, inputs)
+            ckpt = _checkpointer(cfg, inputs, plan)
             if aside is not None:
                 ckpt.reclaim = aside.release_now
             start = 0
@@ -240,9 +240,23 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
     return result
 
 
-def _checkpointer(cfg: TrainConfig, inputs: _RunInputs) -> Checkpointer:
-    return Checkpointer(inputs.ckpt_dir, keep=cfg.checkpoint.keep, async_save=cfg.checkpoint.async_save,
+def _checkpointer(cfg: TrainConfig, inputs: _RunInputs, plan) -> Checkpointer:
+    return Checkpointer(inputs.ckpt_dir, keep=cfg.checkpoint.keep, async_save=_async_save(cfg, plan),
                         on_low_disk=cfg.checkpoint.on_low_disk, save_host_gb=cfg.checkpoint.save_host_gb)
+
+
+def _async_save(cfg: TrainConfig, plan) -> bool:
+    """``checkpoint.async_save``, or where it is null: asynchronous unless the step keeps pinned host memory. An
+    asynchronous save copies the whole state to host memory and writes it while the next steps run, so the copy
+    and the step's pinned buffers (which cannot be swapped) are in the host's RAM at once."""
+    if cfg.checkpoint.async_save is not None:
+        return cfg.checkpoint.async_save
+    pinned = predicted_host(plan.programs)
+    if pinned and (cfg.checkpoint.every or cfg.checkpoint.at_end):
+        _log(f"checkpoint: saves are written before the next step runs: the step keeps {pinned / GiB:.1f} GiB of "
+             "pinned host memory per device, beside which an asynchronous save's host copy of the state may not fit "
+             "(checkpoint.async_save=true to overlap them)")
+    return not pinned
 
 
 def _prepare_inputs(cfg: TrainConfig, resume: bool) -> _RunInputs:
