@@ -146,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "a failed memory_stats() shrinking the GRM slot pool, ...)")
     parser.add_argument("--compile-only", action="store_true",
                         help="compile the evaluator's programs (DisRM: scoring; GRM: prefill and decode) for "
-                             "--topology at --compile-length tokens x --batch-size rows, without weights, data "
+                             "--topology at --compile-length tokens x --batch-size rows (default 1 here), without "
+                             "weights, data "
                              "or accelerator; print memory per chip, FLOPs, kernels and collectives and exit "
                              "(non-zero when a program does not fit)")
     parser.add_argument("--topology", metavar="NAME",
@@ -311,7 +312,9 @@ def _evaluate(argv: Sequence[str]) -> int:
 def _compile_only(args: argparse.Namespace) -> int:
     """``--compile-only --topology NAME`` (evaluation.compile_only): 0 when every program fits, 4 otherwise."""
     if not (args.compile_only and args.topology):
-        raise ValueError("--compile-only and --topology go together (e.g. --compile-only --topology v5p-8)")
+        from longrm_jax.cli_support import InputError
+
+        raise InputError("--compile-only and --topology go together (e.g. --compile-only --topology v5p-8)")
     from longrm_jax.parallel.topology import parse, prepare_host_for_compile_only
 
     topology = parse(args.topology, args.topology_slices)

@@ -39,8 +39,13 @@ def resolve_checkpoint(src: str, *, head: str | None = None) -> ResolvedCheckpoi
     from longrm_jax.hf.load import load_pretrained, read_hf_config
 
     if not os.path.isdir(src):
+        from longrm_jax.training.checkpoint import completed_steps
+
+        parent = os.path.dirname(os.path.normpath(src))
+        steps = completed_steps(parent) if os.path.basename(os.path.normpath(src)).isdigit() else []
+        there = f"; {parent} holds steps {', '.join(map(str, steps))}" if steps else ""
         raise FileNotFoundError(f"--checkpoint {src}: not a directory (expected a Hugging Face checkpoint directory, "
-                                f"a training run directory, its checkpoints/ or one step folder in it)")
+                                f"a training run directory, its checkpoints/ or one step folder in it){there}")
     gen_path = os.path.join(src, "generation_config.json")
     generation = None
     if os.path.isfile(gen_path):

@@ -29,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Examples:\n"
                "  python -m longrm_jax.train\n"
-               "  python -m longrm_jax.train --config configs/tiny_simpo.yaml --set steps=50 --set optim.lr=1e-3\n"
+               "  python -m longrm_jax.train --config configs/tiny_bt.yaml --set steps=50 --set optim.lr=1e-3\n"
+               "  python -m longrm_jax.train --config configs/tiny_simpo.yaml   # after configs/tiny_sft.yaml (its "
+               "model.init)\n"
                "  python -m longrm_jax.train --config configs/llama31_8b_disrm_bt.yaml --set lora.rank=0 --resume\n",
     )
     p.add_argument("--config", help="YAML run config (default: the tiny CPU run shipped with the package)")
@@ -176,7 +178,9 @@ def run_summary(result) -> str:
 def _compile_only(cfg, args) -> int:
     """``--compile-only --topology NAME`` (training.compile_only): 0 when the step fits, 4 when it does not."""
     if not (args.compile_only and args.topology):
-        raise ValueError("--compile-only and --topology go together (e.g. --compile-only --topology v5p-64)")
+        from longrm_jax.cli_support import InputError
+
+        raise InputError("--compile-only and --topology go together (e.g. --compile-only --topology v5p-64)")
     if not 0 < args.assume_mfu <= 1:
         raise ValueError(f"--assume-mfu must be in (0, 1], got {args.assume_mfu}")
     from longrm_jax.parallel.topology import parse, prepare_host_for_compile_only

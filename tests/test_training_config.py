@@ -57,6 +57,7 @@ def test_batch_rows_are_per_micro_step():
     ("steps=-5", "steps"), ("optim.lr=-1", "optim.lr"), ("epochs=-1", "epochs"),
     ("checkpoint.every=-10", "checkpoint.every"), ("data.batch_rows=0", "data.batch_rows"),
     ("mesh.seq=0", "mesh.seq"), ("optim.warmup_ratio=2", "optim.warmup_ratio"),
+    ("model.compute_dtype=fp32", "model.compute_dtype"), ("model.param_dtype=half", "model.param_dtype"),
 ])
 def test_out_of_range_values_are_refused_naming_the_key(override, key):
     # Used to be accepted (a run that trains nothing) or crash later (batch_rows=0: ZeroDivisionError).

@@ -445,7 +445,8 @@ def _write(argv: Sequence[str]) -> int:
                    help="share of Best-of-N rows in the Long-RewardBench files (0: pairwise only)")
     p.add_argument("--judge", action="store_true",
                    help="also write judge training files: judge_sft_{train,eval}.jsonl (GRM SFT) and "
-                        "judge_{train,eval}.jsonl (GRM SimPO), pairwise rows in the evaluator's judge prompt, and "
+                        "judge_{train,eval}.jsonl (GRM SimPO), pairwise rows in the evaluator's judge prompt, "
+                        "verify_sft_{train,eval}.jsonl (SFT rows of the judge's verification task), and "
                         "disrm_{train,eval}.jsonl (DisRM Bradley-Terry) in the benchmark's prompt")
     p.add_argument("--seed", type=int, default=0, help="the same seed writes the same files")
     add_debug_flag(p)
@@ -454,10 +455,17 @@ def _write(argv: Sequence[str]) -> int:
         lengths = [int(x) for x in args.lengths.split(",")]
     except ValueError:
         p.error(f"--lengths {args.lengths!r}: expected comma-separated integers")
-    paths = write_training_files(args.out, args.num_train, args.num_eval, args.seed, lengths, args.num_rejects,
-                                 args.num_distractors, num_values=args.num_values)
+    # Checked before anything is written: a bad count would otherwise leave a partial set of files.
+    for flag, value, least in (("--num-train", args.num_train, 0), ("--num-eval", args.num_eval, 0),
+                               ("--bench-per-task", args.bench_per_task, 0), ("--num-rejects", args.num_rejects, 1),
+                               ("--num-distractors", args.num_distractors, 0), ("--num-values", args.num_values, 1),
+                               *(("--lengths", n, 1) for n in lengths)):
+        if value < least:
+            p.error(f"{flag} {value}: expected an integer >= {least}")
     if not 0.0 <= args.bench_bon_fraction <= 1.0:
         p.error(f"--bench-bon-fraction {args.bench_bon_fraction}: expected a fraction in [0, 1]")
+    paths = write_training_files(args.out, args.num_train, args.num_eval, args.seed, lengths, args.num_rejects,
+                                 args.num_distractors, num_values=args.num_values)
     if args.judge:
         paths.update(write_judge_files(args.out, args.num_train, args.num_eval, args.seed, lengths,
                                        args.num_distractors))

@@ -178,7 +178,9 @@ def discover_task_files(data_path: str, tasks: Sequence[str] | None) -> list[tup
         pairs = [(task, os.path.join(data_path, f"{task}.jsonl")) for task in tasks]
         missing = [path for _, path in pairs if not os.path.isfile(path)]
         if missing:
-            raise BenchDataError(f"task file(s) not found: {', '.join(missing)}")
+            there = sorted(os.path.splitext(f)[0] for f in os.listdir(data_path) if f.endswith(".jsonl"))
+            raise BenchDataError(f"task file(s) not found: {', '.join(missing)}; --tasks can name "
+                                 f"{', '.join(there) if there else 'none: no .jsonl files in ' + data_path}")
         return pairs
     upstream = [(t, os.path.join(data_path, f"{t}.jsonl")) for t in DEFAULT_TASKS]
     present = [(t, p) for t, p in upstream if os.path.isfile(p)]

@@ -67,7 +67,8 @@ def _file_records(cfg: TrainConfig, path: str, sft: bool):
     if ":" in os.path.basename(path):
         path, split = path.rsplit(":", 1)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"data source {path} does not exist")
+        raise FileNotFoundError(f"data.source: {path} does not exist (expected a .jsonl, .json or .parquet file or a "
+                                "datasets save_to_disk directory; PATH:SPLIT picks a split)")
     records = list(read_records(path, "sft" if sft else "preference", split=split))
     if not records:
         raise InputError(f"{path}{':' + split if split else ''}: no {'SFT' if sft else 'preference'} records "

@@ -35,7 +35,8 @@ from longrm_jax.training.run_dir import (ResumeMismatchError, SetAside, check_fr
                                          check_resume_compatible, set_aside_previous_run, trim_metrics)
 from longrm_jax.training.run_lock import RunLock
 from longrm_jax.training.state import abstract_state, create_state, lr_schedule, make_optimizer
-from longrm_jax.training.steps import StageSpec, jit_train_step, make_eval_step, make_train_step
+from longrm_jax.training.steps import (PREFERENCE_METRICS, StageSpec, jit_train_step, make_eval_step,
+                                       make_train_step)
 from longrm_jax.training.telemetry import LoraFlops, MetricsWriter, StepProfiler, peak_flops, step_flops
 
 
@@ -460,6 +461,9 @@ def _one_step(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, step: int, star
         result.train_s += dt
         result.timed_tokens += tokens
     result.last_metrics = _throughput(metrics, mcfg, cfg.head, host, inputs, dt, peak, lora)
+    if cfg.stage == "sft":  # no chosen / rejected pair: the step returns zeros for the preference metrics
+        for key in PREFERENCE_METRICS:
+            result.last_metrics.pop(key, None)
     return state, step
 
 

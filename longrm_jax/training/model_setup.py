@@ -13,7 +13,7 @@ import jax
 from flax import nnx
 
 from longrm_jax.models import ModelConfig, build_model
-from longrm_jax.training.config import TrainConfig
+from longrm_jax.training.config import ConfigError, TrainConfig
 from longrm_jax.training.params import ParamCodec, shardings
 from longrm_jax.training.state import param_sharding_rules
 
@@ -43,7 +43,7 @@ PRESETS: dict[str, dict] = {
 def preset_config(cfg: TrainConfig, tokenizer=None) -> ModelConfig:
     """ModelConfig for random init from ``cfg.model.preset`` + ``cfg.model.overrides``."""
     if cfg.model.preset not in PRESETS:
-        raise ValueError(f"model.preset {cfg.model.preset!r} unknown; presets: {sorted(PRESETS)}")
+        raise ConfigError(f"model.preset {cfg.model.preset!r} unknown; presets: {sorted(PRESETS)}")
     fields = dict(PRESETS[cfg.model.preset])
     if tokenizer is not None and "vocab_size" not in fields:
         fields.update(vocab_size=len(tokenizer.hf), pad_token_id=tokenizer.pad_id, eos_token_id=tokenizer.eos_id)
@@ -94,8 +94,7 @@ def model_config(cfg: TrainConfig, tokenizer=None) -> ModelConfig:
     init = cfg.model.init
     if init is None:
         return with_training_numerics(preset_config(cfg, tokenizer), cfg)
-    if not os.path.isdir(init):
-        raise FileNotFoundError(f"model.init: {init} is not a directory (HF checkpoint or training checkpoint)")
+    _check_init_dir(init)
     if os.path.exists(os.path.join(init, "config.json")):
         from longrm_jax.hf.load import read_hf_config
         from longrm_jax.models.config import from_hf_config
@@ -107,6 +106,14 @@ def model_config(cfg: TrainConfig, tokenizer=None) -> ModelConfig:
     return with_training_numerics(trained_model_config(init), cfg)
 
 
+def _check_init_dir(init: str) -> None:
+    if not os.path.isdir(init):
+        raise FileNotFoundError(
+            f"model.init: {init} is not a directory (HF checkpoint or training checkpoint); where it is another "
+            "run's checkpoints (a stage-2 config starts from stage 1's), train that run first, or set "
+            "model.init=null to start from random weights of model.preset")
+
+
 def load_model(cfg: TrainConfig, mesh, tokenizer=None) -> tuple[ModelConfig, ParamCodec, dict]:
     """(model config, codec, sharded values) for ``cfg.model.init``: None (random preset), an HF checkpoint
     directory (``config.json``), or a training checkpoint directory of this package (orbax)."""
@@ -115,8 +122,7 @@ def load_model(cfg: TrainConfig, mesh, tokenizer=None) -> tuple[ModelConfig, Par
         mcfg = with_training_numerics(preset_config(cfg, tokenizer), cfg)
         codec, values = init_random(mcfg, mesh, cfg.seed, param_sharding_rules(cfg.mesh.param_axes))
         return mcfg, codec, values
-    if not os.path.isdir(init):
-        raise FileNotFoundError(f"model.init: {init} is not a directory (HF checkpoint or training checkpoint)")
+    _check_init_dir(init)
     if os.path.exists(os.path.join(init, "config.json")):
         return _load_hf(cfg, init, mesh)
     from longrm_jax.training.checkpoint import load_trained_weights

@@ -35,6 +35,7 @@ from longrm_jax.training.lora import split_layer_branches
 from longrm_jax.training.state import TrainState
 
 METRIC_KEYS = ("loss", "chosen_reward", "rejected_reward", "accuracy", "margin")
+PREFERENCE_METRICS = METRIC_KEYS[1:]  # meaningless for SFT (its step reports zeros for them)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@
 # PART=qwen: Qwen3-8B SimPO, full parameters, with the H100's full-parameter recipe (README, settings by length:
 # the moments in pinned host memory, so their checkpoint and restore run through that placement too).
 # PART=llama: Llama-3.1-8B BT with the shipped LoRA (bf16 base), remat full.
+# Ran in session 17 (docs/benchmarks.md): llama 334.8 s; qwen killed by the host's OOM killer during step 2 of
+# the first run (an asynchronous save beside the pinned state), then 505.2 s once saves of such steps were synchronous.
 # Run: PART=qwen bash scripts/device/callM_e2e_h100.sh   (then PART=llama)
 source scripts/device/common.sh
 case ${PART:-qwen} in
@@ -20,4 +22,6 @@ timeout 585 python3 scripts/e2e_gpu.py "${ARGS[@]}" --work $W --keep --benchmark
 echo "rc=$?" | tee -a $OUT/summary.txt
 kill $MON 2>/dev/null
 awk -F'host_used_GiB=' '{split($2,a," "); if (a[1]+0>m) m=a[1]+0} END {print "max host used GiB (free -g):", m}' $OUT/e2e_${PART:-qwen}.mon | tee -a $OUT/summary.txt
-for f in $W/*.log $W/run/metrics.jsonl $W/run/memory_plan.json $W/phases.json $W/eval/results.csv; do [ -f "$f" ] && cp "$f" $OUT/ ; done
+# The device tool brings back a handful of files: everything else goes in one archive.
+tar czf $OUT/callM_${PART:-qwen}.tgz -C $W --ignore-failed-read $(cd $W && ls *.log phases.json run/metrics.jsonl \
+  run/memory_plan.json eval/results.csv 2>/dev/null)
