@@ -78,7 +78,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest:
+        bare = [o for o in args.overrides if "=" not in o]
+        parser.error(f"unrecognized arguments: {' '.join(rest)}"
+                     + (f" (each --set takes one KEY=VALUE: --set {bare[0]}={rest[0]})" if bare else ""))
     from longrm_jax.training.config import ConfigError, load_config, to_yaml
 
     try:

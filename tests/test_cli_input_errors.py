@@ -52,3 +52,31 @@ def test_unknown_task_lists_the_task_files(tmp_path):
         (tmp_path / f"{task}.jsonl").write_text("")
     with pytest.raises(BenchDataError, match="LongQ.jsonl; --tasks can name LongQA, Safety"):
         discover_task_files(str(tmp_path), ["LongQ"])
+
+
+def test_set_with_a_space_says_key_equals_value(tmp_path):
+    done = _cli("longrm_jax.train", "--set", f"output_dir={tmp_path}", "--set", "optim.lr", "1e-3")
+    assert done.returncode == 2
+    assert "unrecognized arguments: 1e-3 (each --set takes one KEY=VALUE: --set optim.lr=1e-3)" in done.stderr
+
+
+def test_a_row_cut_short_is_named_without_json_decoders_own_line_count(tmp_path):
+    from longrm_jax.data.readers import DataError, read_records
+
+    path = tmp_path / "cut.jsonl"
+    path.write_text('{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", "chosen": "b", \n')
+    with pytest.raises(DataError) as e:
+        read_records(str(path))
+    assert str(e.value).endswith("cut.jsonl: line 2: invalid JSON (Expecting property name enclosed in double "
+                                 "quotes at the end of the row (cut short?))")
+    path.write_text('{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", "chosen": "b" "rejected": "c"}\n')
+    with pytest.raises(DataError, match=r"line 2: invalid JSON \(Expecting ',' delimiter at character 31\)$"):
+        read_records(str(path))
+
+
+def test_training_output_to_a_file_gets_step_lines_not_a_bar(tmp_path):
+    """progress null (the default): a bar only on a terminal; a log file gets one line per logged step."""
+    done = _cli("longrm_jax.train", "--set", f"output_dir={tmp_path}", "--set", "steps=2", "--set", "tensorboard=false",
+                "--set", "eval_before=false", "--set", "eval_after=false", "--set", "data.num_train=16")
+    assert done.returncode == 0, done.stderr
+    assert "step 2/2  loss" in done.stdout and "\r" not in done.stdout + done.stderr

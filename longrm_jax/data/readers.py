@@ -67,7 +67,10 @@ class JsonLinesRows:
             raw = f.readline()
         try:
             obj = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except json.JSONDecodeError as e:  # its own "line 2 column 1" counts within the row: give the offset
+            where = "at the end of the row (cut short?)" if not raw[e.pos:].strip() else f"at character {e.pos + 1}"
+            raise DataError(self.path, f"line {self._lines[i]}", None, f"invalid JSON ({e.msg.removesuffix(' at')} {where})") from None
+        except UnicodeDecodeError as e:
             raise DataError(self.path, f"line {self._lines[i]}", None, f"invalid JSON ({e})") from None
         if not isinstance(obj, dict):
             raise DataError(self.path, f"line {self._lines[i]}", None,

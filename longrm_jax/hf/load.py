@@ -212,8 +212,10 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, SafetensorsFile], *, me
     if unexpected:
         shown = ", ".join(repr(u) for u in unexpected[:8]) + (" ..." if len(unexpected) > 8 else "")
         raise CheckpointError(f"{source}: {len(unexpected)} unexpected tensor(s) for {cfg.hf_architecture}: {shown}")
-    if harmless:
-        log.info("%s: ignoring %d harmless tensor(s), e.g. %s", source, len(harmless), harmless[0])
+    dropped_head = cfg.head == "classifier" and "lm_head.weight" in extra  # its warning above says so
+    quiet = [n for n in harmless if not (dropped_head and n == "lm_head.weight")]
+    if quiet:
+        log.info("%s: ignoring %d harmless tensor(s), e.g. %s", source, len(quiet), quiet[0])
 
     # 2. Place each weight directly in its sharding.
     rules_map = dict(rules) if rules is not None else None

@@ -212,7 +212,9 @@ class TrainConfig:
     log_every: int = 1
     eval_before: bool = True
     eval_after: bool = True
-    progress: bool = True
+    # A progress bar (true) or a line per logged step (false); null: the bar on a terminal, lines otherwise (a bar
+    # redrawn into a log file is one long line of carriage returns).
+    progress: bool | None = None
     tensorboard: bool = True
     # Before loading weights the trainer compiles the step and stops if its predicted memory exceeds the
     # device's (training.memory_plan). Per-device budget in GiB; None: the device allocator's limit (none on CPU).

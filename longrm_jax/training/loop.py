@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -379,8 +380,9 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
     peak = peak_flops(list(inputs.mesh.devices.flat))
     lora = LoraFlops.of(state.params) if state.frozen else None  # a frozen base: no weight gradients to count
     last_saved = start
+    show_bar = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
     bar = tqdm(total=total_steps, initial=start, desc=f"train {cfg.stage}", dynamic_ncols=True,
-               disable=not cfg.progress or jax.process_index() != 0)
+               disable=not show_bar or jax.process_index() != 0)
     step = start
     profiler = StepProfiler(cfg.profile.start, cfg.profile.steps,
                             cfg.profile.dir or os.path.join(cfg.output_dir, "profile"))
@@ -393,7 +395,7 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
                 metrics = result.last_metrics
                 if step % cfg.log_every == 0 or step == total_steps:
                     writer.write(step, metrics)
-                    if not cfg.progress:  # no bar: a line per logged step instead
+                    if not show_bar:  # no bar: a line per logged step instead
                         _log(_step_line(step, total_steps, metrics))
                 bar.update(1)
                 bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{metrics['tokens_per_s']:.0f}")
