@@ -66,10 +66,11 @@ class JsonLinesRows:
             f.seek(self._offsets[i])
             raw = f.readline()
         try:
-            obj = json.loads(raw)
+            obj = json.loads(text := raw.decode("utf-8-sig"))  # a BOM is allowed, as json.loads(bytes) allows it
         except json.JSONDecodeError as e:  # its own "line 2 column 1" counts within the row: give the offset
-            where = "at the end of the row (cut short?)" if not raw[e.pos:].strip() else f"at character {e.pos + 1}"
-            raise DataError(self.path, f"line {self._lines[i]}", None, f"invalid JSON ({e.msg.removesuffix(' at')} {where})") from None
+            where = "at the end of the row (cut short?)" if not text[e.pos:].strip() else f"at character {e.pos + 1}"
+            raise DataError(self.path, f"line {self._lines[i]}", None,
+                            f"invalid JSON ({e.msg.removesuffix(' at')} {where})") from None
         except UnicodeDecodeError as e:
             raise DataError(self.path, f"line {self._lines[i]}", None, f"invalid JSON ({e})") from None
         if not isinstance(obj, dict):
