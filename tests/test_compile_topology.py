@@ -6,6 +6,8 @@ hold no Mosaic TPU kernel. libtpu comes with the ``test`` extra."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 
 import pytest
 
@@ -291,3 +293,17 @@ def test_gpu_budget_is_what_a_run_leaves_the_programs():
     assert budget == int(h100.chip.hbm_bytes * 0.75) - 4 * GiB and "as set here" in how
     v5p = parse("v5p-8")
     assert program_budget(v5p, environ={})[0] == v5p.chip.hbm_bytes
+
+
+def test_compile_table_marks_gpu_rows_close_to_the_budget():
+    """A GPU-mesh step compiled within GPU_COMPILE_MARGIN_GIB of the run's budget is marked: a run's own plan on
+    four H100s came out 2.4 GiB above its compile and refused it (docs/compile_only.md)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+    import compile_table
+
+    def cell(topology, peak):
+        return compile_table._cell({"peak_gib": peak, "hbm_gib": 79.1, "fits": True,
+                                    "command": f"python -m longrm_jax.train --compile-only --topology {topology}"})
+
+    assert "close" in cell("h100x4", 69.7) and "close" not in cell("h100x4", 60.0)
+    assert "close" not in cell("v5p-8", 94.0)  # TPU: the compile's figure is libtpu's own
