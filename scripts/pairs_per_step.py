@@ -70,7 +70,7 @@ def upstream_steps(keys: list[int], sft: bool, batch_size: int, bucket_size: int
 def describe(name: str, per_step: list[int], total: int) -> str:
     if not per_step:
         return f"{name}: no optimizer step (fewer than one step's worth of data)"
-    return (f"{name}: {len(per_step)} steps, pairs per step mean {np.mean(per_step):.2f} (min {min(per_step)}, "
+    return (f"{name}: {len(per_step)} steps per epoch, pairs per step mean {np.mean(per_step):.2f} (min {min(per_step)}, "
             f"max {max(per_step)}), {sum(per_step)} of {total} trained")
 
 

@@ -325,7 +325,9 @@ def memory_slots(model, columns: int, *, memory_bytes: int | None = None) -> tup
     device's ``bytes_limit``; with neither, ``FALLBACK_SLOTS``."""
     limit = memory_bytes or device_memory_bytes()
     if not limit:
-        return FALLBACK_SLOTS, "device reports no memory limit (pass --device-memory-gib): the fallback"
+        return FALLBACK_SLOTS, (f"{FALLBACK_SLOTS}, a fixed default: this device reports no memory size (the CPU "
+                                "backend does not); --device-memory-gib sizes the slots from a stated memory, "
+                                "--batch-size sets their number")
     plan = memory_plan(model, columns, limit)
     return plan["slots"], describe_plan(plan)
 
