@@ -66,6 +66,7 @@ class Checkpointer:
         self.directory = os.path.abspath(directory)
         self.on_low_disk = on_low_disk
         self.bounded = save_host_gb is not None
+        self.async_save = async_save
         self.manager = _manager(self.directory, keep=keep, async_save=async_save, save_host_gb=save_host_gb)
         # Deletes a previous run that a rerun moved aside (training.run_dir) and returns where it was: the first
         # thing "delete_oldest" frees when the disk cannot hold this run's first checkpoint beside it.

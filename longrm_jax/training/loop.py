@@ -402,7 +402,7 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
                 on_step(step, "trained")
                 stop = signals.agreed()
                 if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or (stop and step != last_saved):
-                    ckpt.save(step, state, iterator.get_state(), cfg.to_dict(), mcfg)
+                    _save(ckpt, step, state, iterator, cfg, mcfg)
                     last_saved = step
                     on_step(step, "saving")
                 if aside is not None and jax.process_index() == 0:
@@ -413,7 +413,7 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
                         aside.release_if_replaced(last_saved > start)
                     raise TrainingInterrupted(stop, step, total_steps, inputs.ckpt_dir, saved=last_saved == step)
         if last_saved != step and cfg.checkpoint.at_end:
-            ckpt.save(step, state, iterator.get_state(), cfg.to_dict(), mcfg)
+            _save(ckpt, step, state, iterator, cfg, mcfg)
             last_saved = step
         ckpt.wait()
         if aside is not None and jax.process_index() == 0:  # a run that saves no checkpoint replaces by finishing
@@ -467,6 +467,16 @@ def _one_step(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, step: int, star
         for key in PREFERENCE_METRICS:
             result.last_metrics.pop(key, None)
     return state, step
+
+
+def _save(ckpt: Checkpointer, step: int, state, iterator, cfg: TrainConfig, mcfg) -> None:
+    """Start the save of ``step`` and say how long training waited for it: the whole write when saves are
+    synchronous, the copy of the state to host memory when they are not."""
+    started = time.perf_counter()
+    ckpt.save(step, state, iterator.get_state(), cfg.to_dict(), mcfg)
+    waited = time.perf_counter() - started
+    _log(f"checkpoint step {step}: " + (f"written in {waited:.1f} s" if not ckpt.async_save else
+                                        f"training waited {waited:.1f} s, the write goes on in the background"))
 
 
 def _step_line(step: int, total_steps: int, metrics: dict) -> str:
