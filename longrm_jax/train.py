@@ -81,9 +81,11 @@ def _train(argv: list[str]) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest:
-        bare = [o for o in args.overrides if "=" not in o]
+        argv = list(sys.argv[1:] if argv is None else argv)
+        at = argv.index(rest[0]) if rest[0] in argv else -1
+        meant = (at >= 2 and argv[at - 2] == "--set" and "=" not in argv[at - 1] and not rest[0].startswith("-"))
         parser.error(f"unrecognized arguments: {' '.join(rest)}"
-                     + (f" (each --set takes one KEY=VALUE: --set {bare[0]}={rest[0]})" if bare else ""))
+                     + (f" (each --set takes one KEY=VALUE: --set {argv[at - 1]}={rest[0]})" if meant else ""))
     from longrm_jax.training.config import ConfigError, load_config, to_yaml
 
     try:
@@ -182,12 +184,12 @@ def run_summary(result) -> str:
 
 def _compile_only(cfg, args) -> int:
     """``--compile-only --topology NAME`` (training.compile_only): 0 when the step fits, 4 when it does not."""
-    if not (args.compile_only and args.topology):
-        from longrm_jax.cli_support import InputError
+    from longrm_jax.cli_support import InputError
 
+    if not (args.compile_only and args.topology):
         raise InputError("--compile-only and --topology go together (e.g. --compile-only --topology v5p-64)")
     if not 0 < args.assume_mfu <= 1:
-        raise ValueError(f"--assume-mfu must be in (0, 1], got {args.assume_mfu}")
+        raise InputError(f"--assume-mfu must be in (0, 1], got {args.assume_mfu}")
     from longrm_jax.parallel.topology import parse, prepare_host_for_compile_only
 
     topology = parse(args.topology, args.topology_slices)

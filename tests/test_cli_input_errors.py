@@ -22,6 +22,9 @@ def test_synthetic_refuses_a_negative_count_before_writing(tmp_path):
     assert not out.exists()
     done = _cli("longrm_jax.data.synthetic", "--out", str(out), "--lengths", "64,0")
     assert done.returncode == 2 and "--lengths 0: expected an integer >= 1" in done.stderr
+    done = _cli("longrm_jax.data.synthetic", "--out", str(out), "--num-rejects", "3", "--num-values", "3")
+    assert done.returncode == 2 and "--num-values 3: expected 4 (--num-rejects + 1) to 16" in done.stderr
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("args, message", [
@@ -58,6 +61,27 @@ def test_set_with_a_space_says_key_equals_value(tmp_path):
     done = _cli("longrm_jax.train", "--set", f"output_dir={tmp_path}", "--set", "optim.lr", "1e-3")
     assert done.returncode == 2
     assert "unrecognized arguments: 1e-3 (each --set takes one KEY=VALUE: --set optim.lr=1e-3)" in done.stderr
+    done = _cli("longrm_jax.train", "--set", "steps", "--bogus")  # an unknown flag is not the --set's value
+    assert done.returncode == 2 and done.stderr.rstrip().endswith("unrecognized arguments: --bogus")
+
+
+def test_evaluate_topology_without_compile_only_exits_2():
+    done = _cli("longrm_jax.evaluate", "--model-path", "x", "--topology", "v5p-8")
+    assert done.returncode == 2 and "--compile-only and --topology go together" in done.stderr
+
+
+def test_sft_logs_no_preference_metrics(tmp_path):
+    """SFT has no chosen / rejected pair: its metrics carry no accuracy, rewards or margin (they were zeros)."""
+    import json
+
+    done = _cli("longrm_jax.train", "--set", f"output_dir={tmp_path}", "--set", "stage=sft", "--set", "steps=2",
+                "--set", "tensorboard=false", "--set", "eval_before=false", "--set", "eval_after=false",
+                "--set", "data.num_train=16", "--set", "data.num_rejects=0", "--set", "progress=false")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert rows and all("loss" in r and not {"accuracy", "chosen_reward", "rejected_reward", "margin"} & set(r)
+                        for r in rows)
+    assert "accuracy" not in [line for line in done.stdout.splitlines() if line.startswith("step 2/2")][0]
 
 
 def test_a_row_cut_short_is_named_without_json_decoders_own_line_count(tmp_path):

@@ -117,3 +117,16 @@ def test_saves_are_synchronous_when_the_step_keeps_pinned_host_memory(capsys):
     for explicit in (True, False):
         cfg = load_config(None, ["checkpoint.every=10", f"checkpoint.async_save={str(explicit).lower()}"])
         assert _async_save(cfg, plan(int(48.5 * GiB))) is explicit
+
+
+def test_resume_of_an_older_run_does_not_report_settings_that_became_automatic(capsys):
+    """Runs saved before checkpoint.async_save and progress defaulted to null (automatic) say true there; a resume
+    with nothing changed by the user reports no change, while a real change is still reported."""
+    from longrm_jax.training.run_dir import check_resume_compatible
+
+    saved = {"checkpoint": {"async_save": True, "every": 10}, "progress": True, "optim": {"lr": 1e-5}}
+    current = {"checkpoint": {"async_save": None, "every": 10}, "progress": None, "optim": {"lr": 1e-5}}
+    assert check_resume_compatible(saved, current, "ckpt", 2) == []
+    current["optim"]["lr"] = 2e-5
+    current["progress"] = False
+    assert check_resume_compatible(saved, current, "ckpt", 2) == ["optim.lr: 1e-05 -> 2e-05", "progress: True -> False"]

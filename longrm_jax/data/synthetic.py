@@ -462,6 +462,11 @@ def _write(argv: Sequence[str]) -> int:
                                *(("--lengths", n, 1) for n in lengths)):
         if value < least:
             p.error(f"{flag} {value}: expected an integer >= {least}")
+    if not args.num_rejects + 1 <= args.num_values <= len(VALUES):  # a rejected answer needs a wrong password
+        p.error(f"--num-values {args.num_values}: expected {args.num_rejects + 1} (--num-rejects + 1) to {len(VALUES)} "
+                "(the number of passwords)" if args.num_rejects + 1 <= len(VALUES) else
+                f"--num-rejects {args.num_rejects}: at most {len(VALUES) - 1} (one fewer than the {len(VALUES)} "
+                "passwords)")
     if not 0.0 <= args.bench_bon_fraction <= 1.0:
         p.error(f"--bench-bon-fraction {args.bench_bon_fraction}: expected a fraction in [0, 1]")
     paths = write_training_files(args.out, args.num_train, args.num_eval, args.seed, lengths, args.num_rejects,

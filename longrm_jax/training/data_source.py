@@ -58,7 +58,7 @@ def _records(cfg: TrainConfig, rows: list[dict], source: str, sft: bool):
     return out
 
 
-def _file_records(cfg: TrainConfig, path: str, sft: bool):
+def _file_records(cfg: TrainConfig, path: str, sft: bool, key: str = "data.source"):
     """Records of a dataset file or directory in any format the data package reads (upstream JSON-lines,
     HF ``save_to_disk``); the split is taken from ``data.split``-style suffix ``path:split`` if given."""
     from longrm_jax.data.readers import read_records
@@ -67,7 +67,7 @@ def _file_records(cfg: TrainConfig, path: str, sft: bool):
     if ":" in os.path.basename(path):
         path, split = path.rsplit(":", 1)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"data.source: {path} does not exist (expected a .jsonl, .json or .parquet file or a "
+        raise FileNotFoundError(f"{key}: {path} does not exist (expected a .jsonl, .json or .parquet file or a "
                                 "datasets save_to_disk directory; PATH:SPLIT picks a split)")
     records = list(read_records(path, "sft" if sft else "preference", split=split))
     if not records:
@@ -100,7 +100,7 @@ def train_records(cfg: TrainConfig):
         from longrm_jax.data.blend import BlendSource, blend
 
         sources = [BlendSource.parse(entry, f"data.sources[{i}]") for i, entry in enumerate(cfg.data.sources)]
-        return blend(sources, lambda path: _file_records(cfg, path, sft), seed=cfg.seed)
+        return blend(sources, lambda path: _file_records(cfg, path, sft, "data.sources"), seed=cfg.seed)
     if cfg.data.source == "synthetic":
         return _records(cfg, _synthetic_rows(cfg, cfg.data.num_train, cfg.seed), "synthetic:train", sft)
     return _file_records(cfg, cfg.data.source, sft)
@@ -174,7 +174,7 @@ def eval_batches(cfg: TrainConfig, tokenizer: ChatTokenizer) -> list[dict]:
     else:
         if not os.path.exists(cfg.data.eval_source):
             raise FileNotFoundError(f"data.eval_source: {cfg.data.eval_source} does not exist")
-        records = _file_records(cfg, cfg.data.eval_source, False)
+        records = _file_records(cfg, cfg.data.eval_source, False, "data.eval_source")
     # One micro step's rows at a time (the eval step runs no accumulation).
     return packed_batches(cfg, tokenizer, records, sft=False,
                           batch_rows=max(cfg.pipeline_rows_per_step // cfg.grad_accum, 1))

@@ -140,6 +140,10 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
     return out
 
 
+# Settings whose default became null ("decide from the run") in session 17; runs saved before say true.
+BECAME_AUTOMATIC = ("checkpoint.async_save", "progress")
+
+
 def _fixed(key: str) -> bool:
     if key.startswith(RESUME_FREE_DATA):
         return False
@@ -151,7 +155,10 @@ def check_resume_compatible(saved: dict, current: dict, ckpt_dir: str, step: int
     on a resume; return (and log) the other differences as ``"key: old -> new"``."""
     old, new = _flatten(saved), _flatten(current)
     # Keys only one side has are settings added or removed by a code change, not by the user: not compared.
-    diffs = [(k, old[k], new[k]) for k in sorted(set(old) & set(new)) if old[k] != new[k]]
+    # A setting that became automatic (null) where an older run saved the value it then defaulted to is not a
+    # change the user made.
+    diffs = [(k, old[k], new[k]) for k in sorted(set(old) & set(new))
+             if old[k] != new[k] and not (new[k] is None and k in BECAME_AUTOMATIC)]
     fixed = [f"{k} {a!r} -> {b!r}" for k, a, b in diffs if _fixed(k)]
     if fixed:
         raise ResumeMismatchError(
