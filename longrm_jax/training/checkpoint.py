@@ -1,7 +1,8 @@
 """Training checkpoints with orbax: state, data-iterator state, run config and model config per step.
 
 Layout: ``<dir>/<step>/{state,data,config,model}`` written by ``orbax.checkpoint.CheckpointManager``
-(asynchronous saves, keep the last K). orbax writes a step into a temporary directory and renames it only when
+(keep the last K; asynchronous saves, or synchronous where the training loop says so: ``checkpoint.async_save``,
+training.loop ``_async_save``). orbax writes a step into a temporary directory and renames it only when
 complete, so a process killed during a save leaves the previous step as the latest restorable one.
 
 ``load_trained_weights(dir)`` is the loader for other tools (``python -m longrm_jax.export --checkpoint DIR``
