@@ -140,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replace the results of an earlier evaluation in --save-path (without it, and without "
                              "--resume, such a save path is refused)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate at most N samples per task file")
-    parser.add_argument("--no-progress", action="store_true", help="disable progress bars")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="disable progress bars (they show only on a terminal anyway)")
     parser.add_argument("--strict-kernels", action="store_true",
                         help="stop instead of warning when a slower fallback would run (a broken tokamax import, "
                              "a failed memory_stats() shrinking the GRM slot pool, ...)")
@@ -290,7 +291,7 @@ def _evaluate(argv: Sequence[str]) -> int:
         unroll_decode_layers=args.unroll_decode_layers,
         device_memory_gib=args.device_memory_gib, simulate_judgement_lengths=args.simulate_judgement_lengths,
         max_length=None if args.no_truncate else args.max_length, seed=args.seed, dtype=args.dtype,
-        limit=args.limit, share_prompt=args.share_prompt, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
+        limit=args.limit, share_prompt=args.share_prompt, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress and sys.stderr.isatty(),
         task_types=args.task_types, longform_protocol=args.longform_protocol, chat_template=args.chat_template,
         longform_max_new_tokens=args.max_new_tokens,
     )

@@ -174,6 +174,7 @@ def _export(argv: list[str]) -> int:
             max_shard_bytes=args.max_shard_size,
             base_config=resolved.hf_config,
             generation_config=resolved.generation_config,
+            progress=sys.stderr.isatty(),  # a bar redrawn into a log file is one long line
         )
         _swap_in(staging, args.out)
     except BaseException:
