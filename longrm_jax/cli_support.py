@@ -98,15 +98,15 @@ def _libtpu_installed() -> bool:
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def configure_logging(others: int = logging.WARNING) -> None:
+def configure_logging() -> None:
     """Our log lines at INFO and up on stderr, in one format with the time and the module; other libraries'
-    (jax, orbax, ...) from ``others`` up. Without it Python shows only warnings, bare, and drops our INFO lines
+    (jax, orbax, ...) from WARNING up. Without it Python shows only warnings, bare, and drops our INFO lines
     (the memory plan's retries, the XLA lines it hid, the mesh it chose). Changes nothing where logging is
     already configured (a program that embeds ours, pytest)."""
     root = logging.getLogger()
     if root.handlers:  # configured by whoever runs us: their levels stand
         return
-    logging.basicConfig(level=others, format=LOG_FORMAT)
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
     package = logging.getLogger("longrm_jax")
     if package.level == logging.NOTSET:
         package.setLevel(logging.INFO)

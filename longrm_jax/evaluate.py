@@ -263,10 +263,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _evaluate(argv: Sequence[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from longrm_jax.cli_support import configure_logging
+    from longrm_jax.cli_support import configure_logging, silence_absl_warnings
 
+    # Ours at INFO; jax's backend probing only from WARNING up; tokamax's per-shape autotuning-cache misses (absl)
+    # not at all, as in train.
+    configure_logging()
+    silence_absl_warnings()
     if args.compile_only or args.topology:
-        configure_logging()
         return _compile_only(args)
     if not args.data_path:
         parser.error("the following arguments are required: --data-path")
@@ -274,7 +277,6 @@ def _evaluate(argv: Sequence[str]) -> int:
     from longrm_jax.ops import slow_paths
 
     slow_paths.set_strict(args.strict_kernels)
-    configure_logging(others=logging.INFO)
     apply_gpu_decode_flags(args)  # before anything below touches a device
     if args.compilation_cache:
         import jax
@@ -324,12 +326,10 @@ def _compile_only(args: argparse.Namespace) -> int:
         add_gpu_xla_flags()  # what a GRM run on a GPU sets
     import os
 
-    from longrm_jax.cli_support import silence_absl_warnings
     from longrm_jax.evaluation.compile_only import compile_programs
     from longrm_jax.parallel.mesh import make_mesh
     from longrm_jax.parallel.topology import GiB, host_count
 
-    silence_absl_warnings()  # tokamax logs an autotuning-cache miss per kernel shape through absl
     head = "classifier" if args.is_disrm else "causal_lm"
     if os.path.isdir(args.model_path):
         from longrm_jax.hf.load import read_hf_config
