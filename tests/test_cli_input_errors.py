@@ -104,3 +104,21 @@ def test_training_output_to_a_file_gets_step_lines_not_a_bar(tmp_path):
                 "--set", "eval_before=false", "--set", "eval_after=false", "--set", "data.num_train=16")
     assert done.returncode == 0, done.stderr
     assert "step 2/2  loss" in done.stdout and "\r" not in done.stdout + done.stderr
+
+
+def test_eval_source_takes_a_split_like_the_training_source(tmp_path):
+    """data.eval_source=DIR:eval of a datasets save_to_disk directory (the shipped 8B configs' form) is read; a
+    check of the whole string as a path used to refuse it as missing."""
+    import datasets
+
+    from longrm_jax.training.config import load_config
+    from longrm_jax.training.data_source import eval_batches, load_tokenizer
+
+    rows = {"prompt": ["a long document. question?"] * 4, "chosen": ["yes"] * 4, "rejected": ["no"] * 4}
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows), "eval": datasets.Dataset.from_dict(rows)}
+                         ).save_to_disk(str(tmp_path / "dsd"))
+    cfg = load_config(None, [f"data.source={tmp_path / 'dsd'}:train", f"data.eval_source={tmp_path / 'dsd'}:eval"])
+    assert eval_batches(cfg, load_tokenizer(cfg.data))
+    cfg = load_config(None, [f"data.eval_source={tmp_path / 'missing.jsonl'}"])
+    with pytest.raises(FileNotFoundError, match=r"^data.eval_source: .*missing.jsonl does not exist"):
+        eval_batches(cfg, load_tokenizer(cfg.data))

@@ -171,9 +171,7 @@ def eval_batches(cfg: TrainConfig, tokenizer: ChatTokenizer) -> list[dict]:
     if cfg.data.eval_source in (None, "synthetic"):
         rows = _synthetic_rows(cfg, cfg.data.num_eval, cfg.seed + 1_000_003)
         records = _records(cfg, rows, "synthetic:eval", False)
-    else:
-        if not os.path.exists(cfg.data.eval_source):
-            raise FileNotFoundError(f"data.eval_source: {cfg.data.eval_source} does not exist")
+    else:  # _file_records checks the path (a PATH:SPLIT without its split), naming data.eval_source
         records = _file_records(cfg, cfg.data.eval_source, False, "data.eval_source")
     # One micro step's rows at a time (the eval step runs no accumulation).
     return packed_batches(cfg, tokenizer, records, sft=False,
