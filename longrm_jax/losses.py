@@ -145,7 +145,7 @@ def token_logprobs(
         @jax.checkpoint
         def block(args):
             h_c, y_c, need_c = args
-            return jax.lax.cond(need_c, logps, lambda *_: jnp.zeros(y_c.shape, jnp.float32), h_c, y_c)
+            return jax.lax.cond(need_c, logps, lambda _, y: jnp.zeros_like(y, jnp.float32), h_c, y_c)
 
         return jax.lax.map(block, (h, y, need)).reshape(b, t)
 

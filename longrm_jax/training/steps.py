@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import optax
 
 from longrm_jax import losses
+from longrm_jax.parallel.placement import on_own_rows
 from longrm_jax.training.config import LossSection, TrainConfig
 from longrm_jax.training.params import ParamCodec
 from longrm_jax.training.lora import split_layer_branches
@@ -100,12 +101,17 @@ def token_logprobs(model, batch: dict, chunk_tokens: int, packed: bool = True) -
     ``packed=False``: one sequence per row, attention without segments."""
     seg = batch["segment_ids"] if packed else None
     hidden = model.hidden_states(batch["input_ids"], batch["positions"], seg)
-    # Only the trained (response) tokens' log-probs are read: the LM head skips chunks without one, unless the
-    # tokens are sharded over a sequence axis (then every chunk spans every shard; see losses.token_logprobs).
-    needed = None if lm_head_on_all_tokens() else batch["target_mask"] > 0
     # The head in the compute dtype (bf16 matmuls on accelerators); logits accumulate in fp32 chunk by chunk.
-    return losses.token_logprobs(hidden, model.lm_head_weight().astype(hidden.dtype), batch["targets"],
-                                 chunk_tokens=chunk_tokens, needed_bt=needed)
+    head = model.lm_head_weight().astype(hidden.dtype)
+    if lm_head_on_all_tokens():  # tokens sharded over a sequence axis: every chunk spans every shard
+        return losses.token_logprobs(hidden, head, batch["targets"], chunk_tokens=chunk_tokens)
+    # Only the trained (response) tokens' log-probs are read: the LM head skips chunks without one. Each device
+    # walks its own rows' chunks: left to XLA, the loop over rows x chunks gathered every row's hidden states
+    # onto every device (a data-parallel step then ran every row's LM head on every GPU).
+    def own_rows(hidden_btd, targets_bt, needed_bt, head_dv):
+        return losses.token_logprobs(hidden_btd, head_dv, targets_bt, chunk_tokens=chunk_tokens, needed_bt=needed_bt)
+
+    return on_own_rows(own_rows, (hidden, batch["targets"], batch["target_mask"] > 0), (head,))
 
 
 def lm_head_on_all_tokens() -> bool:
