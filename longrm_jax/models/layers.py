@@ -268,7 +268,7 @@ def _single_query_attention(q_bkgh, k_bskh, v_bskh, mask_bs, scale):
 # primitives (tokamax's ``mpmd_map``, its custom_vjp) also kept tokamax's internal residuals: the step's XLA
 # temp allocation for Qwen3-8B at 2 x 32K tokens (H200) was 78.8 GiB that way, 61.7 GiB with the names.
 # Cost: one [T, N*H] bf16 output plus [N, T] fp32 per layer (19 GB over 36 layers at 64K tokens, Qwen3-8B).
-# Implementations without these names (xla, ring) simply recompute, as with ``full``.
+# Ring attention names its per-device out and LSE alike; ``xla`` has no names and simply recomputes, as ``full``.
 save_attention_policy = jax.checkpoint_policies.save_only_these_names(ATTENTION_OUT_NAME, ATTENTION_LSE_NAME)
 
 

@@ -34,10 +34,11 @@ import math
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec as P
 
 from longrm_jax.ops import cudnn_flash
-from longrm_jax.ops.contract import check_shapes
+from longrm_jax.ops.contract import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME, check_shapes
 from longrm_jax.ops.dispatch import block_kernel, local_impl
 from longrm_jax.parallel.placement import BATCH_AXES, divisible_axes
 
@@ -202,6 +203,11 @@ def _ring(q, k, v, q_seg, kv_seg, cfg):
 
 def _ring_fwd(q, k, v, q_seg, kv_seg, cfg):
     out, lse = _ring_forward(q, k, v, q_seg, kv_seg, **cfg.kwargs())
+    # Named as the single-device kernels name theirs (ops.kernel_vjp), so that the ``save_attention_out`` remat
+    # policy keeps this device's out and LSE and the backward does not re-run the ring's forward. Every
+    # multi-device mesh runs the Pallas kernels through here (a ring of one without a seq axis): unnamed, a
+    # 4-GPU data-parallel step ran each layer's attention forward twice (H200 profile, issue 40).
+    out, lse = checkpoint_name(out, ATTENTION_OUT_NAME), checkpoint_name(lse, ATTENTION_LSE_NAME)
     return out, (q, k, v, out, lse, q_seg, kv_seg)
 
 
