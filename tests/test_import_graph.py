@@ -16,7 +16,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / PACKAGE
 # The allowed direction, top to bottom (docs/design.md, "design"): a module may import modules of its own
 # group and of any group *below* it, never above. Groups are matched by longest module-name prefix.
 LAYERS = (
-    ("longrm_jax", "longrm_jax.train", "longrm_jax.evaluate", "longrm_jax.export", "longrm_jax.data.inspect_data"),
+    ("longrm_jax", "longrm_jax.train", "longrm_jax.evaluate", "longrm_jax.export", "longrm_jax.launch",
+     "longrm_jax.data.inspect_data"),
     ("longrm_jax.training", "longrm_jax.evaluation"),
     ("longrm_jax.data", "longrm_jax.hf"),
     ("longrm_jax.models",),

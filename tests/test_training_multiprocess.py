@@ -131,16 +131,22 @@ def test_children_keep_the_sessions_collective_timeouts():
 
 
 @pytest.mark.slow
-def test_two_processes_match_one_process(tmp_path):
-    with reserved_port() as port:
-        cmds = [_cmd(tmp_path / "multi", f"distributed.coordinator_address=localhost:{port}",
-                     "distributed.num_processes=2", f"distributed.process_id={i}") for i in range(2)]
-        codes, outs = run_all(cmds, env=_env(2), log_dir=str(tmp_path), timeout_s=400)
-    for code, out in zip(codes, outs):
-        assert code == 0, out[-3000:]
+def test_two_processes_match_one_process_across_a_resume(tmp_path):
+    """Started as a scheduler starts them (``longrm_jax.launch``: JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
+    JAX_PROCESS_ID), two processes train step 1, save, stop; started again with --resume they restore the
+    checkpoint across both processes (orbax) and train step 2. The weights equal one process's two steps."""
+    launch = [sys.executable, "-m", "longrm_jax.launch", "-n", "2", "train"]
+    # A constant learning rate: the first leg's schedule (1 step) then equals the 2-step run's first step.
+    constant = ["optim.warmup_ratio=0", "optim.min_lr_ratio=1.0"]
+    multi = _cmd(tmp_path / "multi", *constant)[3:]  # the train arguments
+    for leg, extra in (("first", ["--set", "steps=1"]), ("resumed", ["--resume"])):
+        codes, outs = run_all([launch + multi + extra], env=_env(2), log_dir=str(tmp_path), timeout_s=400)
+        assert codes == [0], f"{leg} leg:\n" + outs[0][-3000:]
+    assert "resum" in outs[0].lower(), outs[0][-3000:]
     # The same run in this process, on 4 of the session's 8 fake devices.
-    cfg = load_config(None, TINY + [f"output_dir={tmp_path / 'single'}"], base=DEFAULT_CONFIG)
+    cfg = load_config(None, TINY + constant + [f"output_dir={tmp_path / 'single'}"], base=DEFAULT_CONFIG)
     loop.run(cfg)
+    assert (tmp_path / "multi" / "checkpoints" / "2").is_dir()  # the resumed leg's own step
     _, want = load_trained_weights(str(tmp_path / "single" / "checkpoints"))
     _, got = load_trained_weights(str(tmp_path / "multi" / "checkpoints"))
     assert set(got) == set(want)

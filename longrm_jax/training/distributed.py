@@ -11,6 +11,7 @@ import os
 
 import jax
 
+from longrm_jax.cli_support import InputError
 from longrm_jax.training.config import DistributedSection
 
 # Environment variables that mean "this is one process of a multi-process job".
@@ -21,7 +22,7 @@ _CLUSTER_ENV = ("JAX_COORDINATOR_ADDRESS", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WO
 def cluster_detected() -> bool:
     """A multi-process environment: SLURM / Open MPI with more than one task, a TPU pod slice, or an explicit
     coordinator address."""
-    if os.environ.get("JAX_COORDINATOR_ADDRESS"):
+    if os.environ.get("JAX_COORDINATOR_ADDRESS") or (_env_int("JAX_NUM_PROCESSES") or 1) > 1:
         return True
     for var in ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"):
         if int(os.environ.get(var, "1") or 1) > 1:
@@ -30,20 +31,34 @@ def cluster_detected() -> bool:
     return "," in hosts
 
 
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise InputError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def launch_settings(cfg: DistributedSection) -> dict:
+    """``jax.distributed.initialize`` arguments from the config, else from ``JAX_NUM_PROCESSES`` and
+    ``JAX_PROCESS_ID`` (what a Kubernetes JobSet or a plain launcher exports beside ``JAX_COORDINATOR_ADDRESS``,
+    which jax reads itself, as it reads ``JAX_LOCAL_DEVICE_IDS``); what neither gives, jax detects (SLURM, Open
+    MPI, TPU pods)."""
+    settings = {"coordinator_address": cfg.coordinator_address,
+                "num_processes": cfg.num_processes if cfg.num_processes is not None else _env_int("JAX_NUM_PROCESSES"),
+                "process_id": cfg.process_id if cfg.process_id is not None else _env_int("JAX_PROCESS_ID")}
+    return {k: v for k, v in settings.items() if v is not None}
+
+
 def maybe_initialize(cfg: DistributedSection) -> bool:
     """Initialise the distributed runtime if ``cfg`` asks for it or a cluster is detected; returns whether it
-    is initialised. Explicit fields (coordinator address, process count and id) win over detection."""
+    is initialised. Explicit fields (coordinator address, process count and id) win over the environment."""
     if jax.distributed.is_initialized():
         return True
     explicit = cfg.coordinator_address is not None or cfg.num_processes is not None
     if cfg.mode == "off" or (cfg.mode == "auto" and not explicit and not cluster_detected()):
         return False
-    kwargs = {}
-    if cfg.coordinator_address is not None:
-        kwargs["coordinator_address"] = cfg.coordinator_address
-    if cfg.num_processes is not None:
-        kwargs["num_processes"] = cfg.num_processes
-    if cfg.process_id is not None:
-        kwargs["process_id"] = cfg.process_id
-    jax.distributed.initialize(**kwargs)
+    jax.distributed.initialize(**launch_settings(cfg))
     return True
