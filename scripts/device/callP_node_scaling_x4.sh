@@ -1,0 +1,45 @@
+# Call P (issue 40, kind nvidia-h100-x4): where a 4-GPU step loses time against one GPU of the same machine.
+# Qwen3-8B full-parameter SimPO (random weights, synthetic pairs, rows layout), remat auto, three steps each,
+# step 3 profiled and summarised on the machine (scripts/profile_summary.py). RUNS picks, in order, from:
+#   1gpu   GPU 0 alone (CUDA_VISIBLE_DEVICES=0), one 2 x 32K pair: the baseline of this machine, this call;
+#   fsdp4  mesh.fsdp=4, 4 pairs of 2 x 32K (one per GPU);
+#   data4  mesh.data=4, 4 pairs (weights and moments replicated: 8B needs an H200's memory; skipped on H100);
+#   fsdp4f fsdp4 with the collective-overlap XLA flags exported as a user would, and CUDA_DEVICE_MAX_CONNECTIONS=1;
+#   ring4  mesh.seq=4, one 2 x 128K pair (ring attention); ring4f the same with the overlap flags.
+# A run starts only while the call has time for it (BUDGET_S); everything is packed into $OUT/callP.tgz as it
+# goes, so a call cut off still returns the runs that finished.
+# Run: RUNS="1gpu fsdp4 ring4" bash scripts/device/callP_node_scaling_x4.sh
+source scripts/device/common.sh
+OUTF=$OUT; W=/tmp/w; mkdir -p $W; OUT=$W
+START=$(date +%s); BUDGET_S=${BUDGET_S:-540}; RUNS=${RUNS:-"1gpu fsdp4 data4 fsdp4f"}
+nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee $W/gpus.txt
+nvidia-smi topo -m > $W/topo.txt 2>&1
+env | grep -E "^NCCL_NVLS_ENABLE|^TORCH_SYMM|^NVSHMEM_DISABLE" | tee $W/nccl_env.txt
+GPU_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+BASE=(--set model.preset=qwen3_8b --set model.param_dtype=bfloat16 --set model.remat=auto --set data.num_train=64
+      --set profile.start=3 --set profile.steps=1)
+OVERLAP="--xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_enable_pipelined_all_gather=true \
+--xla_gpu_enable_pipelined_reduce_scatter=true --xla_gpu_enable_pipelined_all_reduce=true \
+--xla_gpu_enable_while_loop_double_buffering=true --xla_gpu_enable_highest_priority_async_stream=true \
+--xla_gpu_all_gather_combine_threshold_bytes=536870912 --xla_gpu_reduce_scatter_combine_threshold_bytes=536870912 \
+--xla_gpu_enable_command_buffer="
+left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
+one() {  # one NAME LIMIT_S L [--set ...]: run it if the call has LIMIT_S left, then summarise its profile
+  local name=$1 t=$2 L=$3; shift 3
+  if [ $(left) -lt $t ]; then echo "=== $name skipped: $(left) s left" | tee -a $W/summary.txt; return; fi
+  STEPS=3 run_train $name $t configs/qwen3_8b_grm_simpo.yaml $L "${BASE[@]}" "$@"
+  python3 scripts/profile_summary.py /tmp/runs/$name/profile --top 25 --json $W/$name.profile.json \
+    > $W/$name.profile.txt 2>&1; grep -m 3 "span" $W/$name.profile.txt
+  tar czf $OUTF/callP.tgz -C $W .
+}
+for run in $RUNS; do
+  case $run in
+    1gpu) CUDA_VISIBLE_DEVICES=0 one 1gpu 150 32768 ;;
+    fsdp4) one fsdp4 160 32768 --set mesh.fsdp=4 --set data.batch_rows=8 ;;
+    data4) [ "$GPU_MIB" -gt 100000 ] && one data4 160 32768 --set mesh.data=4 --set data.batch_rows=8 ;;
+    fsdp4f) XLA_FLAGS="$OVERLAP" CUDA_DEVICE_MAX_CONNECTIONS=1 one fsdp4f 160 32768 --set mesh.fsdp=4 --set data.batch_rows=8 ;;
+    ring4) one ring4 250 131072 --set mesh.seq=4 ;;
+    ring4f) XLA_FLAGS="$OVERLAP" CUDA_DEVICE_MAX_CONNECTIONS=1 one ring4f 250 131072 --set mesh.seq=4 ;;
+  esac
+done
+echo "=== total $(( $(date +%s) - START )) s"; cp $W/summary.txt $OUTF/; cat $W/summary.txt
