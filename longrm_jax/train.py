@@ -112,6 +112,9 @@ def _train(argv: list[str]) -> int:
     # orbax's routine absl warnings (e.g. "Given directory is read only" restoring model.init from another run's
     # checkpoint) are noise to a user; errors still show, and our own logging is untouched
     silence_absl_warnings()
+    from longrm_jax.xla_flags import GPU_MESH_XLA_FLAGS, add_gpu_xla_flags
+
+    add_gpu_xla_flags(GPU_MESH_XLA_FLAGS)  # collectives in the layer loops pipelined: multi-GPU meshes only use them
     if cfg.model.remat in ("save_attention_out", "auto") or cfg.model.remat.startswith("offload_"):
         # Before the first device use: without it XLA re-runs the saved attention kernel on GPUs
         # (docs/perf_training.md), or writes a clone of it straight into the offloaded stack. CPU runs ignore
@@ -194,6 +197,10 @@ def _compile_only(cfg, args) -> int:
 
     topology = parse(args.topology, args.topology_slices)
     prepare_host_for_compile_only()
+    if topology.platform == "gpu":
+        from longrm_jax.xla_flags import GPU_MESH_XLA_FLAGS, add_gpu_xla_flags
+
+        add_gpu_xla_flags(GPU_MESH_XLA_FLAGS)  # as a GPU run sets them (see _train)
     if topology.platform == "gpu" and (cfg.model.remat in ("save_attention_out", "auto")
                                        or cfg.model.remat.startswith("offload_")):
         from longrm_jax.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags

@@ -34,6 +34,7 @@ from longrm_jax.training.config import LossSection, TrainConfig
 from longrm_jax.training.params import ParamCodec
 from longrm_jax.training.lora import split_layer_branches
 from longrm_jax.training.state import TrainState
+from longrm_jax.xla_flags import gpu_mesh_compiler_options
 
 METRIC_KEYS = ("loss", "chosen_reward", "rejected_reward", "accuracy", "margin")
 PREFERENCE_METRICS = METRIC_KEYS[1:]  # meaningless for SFT (its step reports zeros for them)
@@ -283,11 +284,14 @@ class JittedTrainStep:
 
 
 def jit_train_step(step: TrainStep, state_shardings, batch_shardings) -> JittedTrainStep:
-    """The step's two programs jitted with the run's shardings (see ``JittedTrainStep``)."""
+    """The step's two programs jitted with the run's shardings (see ``JittedTrainStep``); on a mesh of several
+    GPUs with the collective-overlap compiler options (``xla_flags.gpu_mesh_compiler_options``)."""
+    mesh = getattr(jax.tree.leaves(state_shardings.params)[0], "mesh", None)
+    options = gpu_mesh_compiler_options(mesh)
     gradients = jax.jit(step.gradients, in_shardings=(state_shardings, batch_shardings),
-                        out_shardings=(state_shardings.params, None))
+                        out_shardings=(state_shardings.params, None), compiler_options=options)
     update = jax.jit(step.update, in_shardings=(state_shardings, state_shardings.params, None),
-                     out_shardings=(state_shardings, None), donate_argnums=0)
+                     out_shardings=(state_shardings, None), donate_argnums=0, compiler_options=options)
     return JittedTrainStep(gradients, update)
 
 
