@@ -23,7 +23,8 @@ from collections.abc import Sequence
 
 from longrm_jax.cli_support import InputError, add_debug_flag, run_cli
 
-COMMANDS = ("train", "evaluate")
+# Only training starts jax.distributed (training.distributed); evaluate runs one process over all local GPUs.
+COMMANDS = ("train",)
 STOP_GRACE_S = 60  # after a child fails: how long the others get to end on SIGTERM before SIGKILL
 
 

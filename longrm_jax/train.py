@@ -197,15 +197,12 @@ def _compile_only(cfg, args) -> int:
 
     topology = parse(args.topology, args.topology_slices)
     prepare_host_for_compile_only()
-    if topology.platform == "gpu":
-        from longrm_jax.xla_flags import GPU_MESH_XLA_FLAGS, add_gpu_xla_flags
+    if topology.platform == "gpu":  # the flags a GPU run sets (see _train)
+        from longrm_jax.xla_flags import GPU_MESH_XLA_FLAGS, GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
 
-        add_gpu_xla_flags(GPU_MESH_XLA_FLAGS)  # as a GPU run sets them (see _train)
-    if topology.platform == "gpu" and (cfg.model.remat in ("save_attention_out", "auto")
-                                       or cfg.model.remat.startswith("offload_")):
-        from longrm_jax.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
-
-        add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)  # as a GPU run sets them (see _train)
+        add_gpu_xla_flags(GPU_MESH_XLA_FLAGS)
+        if cfg.model.remat in ("save_attention_out", "auto") or cfg.model.remat.startswith("offload_"):
+            add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)
     from longrm_jax.cli_support import silence_absl_warnings
     from longrm_jax.training.compile_only import compile_train_step
 

@@ -50,3 +50,22 @@ def test_a_bad_count_names_the_variable(clean_env):
     clean_env.setenv("JAX_NUM_PROCESSES", "four")
     with pytest.raises(InputError, match="JAX_NUM_PROCESSES='four' is not an integer"):
         launch_settings(DistributedSection())
+
+
+def test_launcher_refuses_bad_counts_before_starting_anything(clean_env, capsys):
+    from longrm_jax import launch
+
+    assert launch.main(["-n", "0", "train"]) == 2
+    assert "--nproc must be at least 1" in capsys.readouterr().err
+    clean_env.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert launch.main(["-n", "2", "train"]) == 2
+    assert "2 processes x 1 GPU(s) need 2 GPUs; this machine shows 1" in capsys.readouterr().err
+
+
+def test_each_child_gets_its_place_and_its_gpus():
+    from longrm_jax.launch import child_env
+
+    env = child_env(2, 4, 1234, 2, environ={"PATH": "/bin"})
+    assert env == {"PATH": "/bin", "JAX_COORDINATOR_ADDRESS": "127.0.0.1:1234", "JAX_NUM_PROCESSES": "4",
+                   "JAX_PROCESS_ID": "2", "JAX_LOCAL_DEVICE_IDS": "4,5"}
+    assert "JAX_LOCAL_DEVICE_IDS" not in child_env(0, 2, 1, 0, environ={})  # CPU: each child its own devices
