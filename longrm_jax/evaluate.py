@@ -140,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replace the results of an earlier evaluation in --save-path (without it, and without "
                              "--resume, such a save path is refused)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate at most N samples per task file")
+    parser.add_argument("--allow-no-verdicts", action="store_true",
+                        help="exit 0 even when no GRM judgement holds a parsable verdict (speed runs on random "
+                             "weights); without it such a run exits 3, its outputs written all the same")
     parser.add_argument("--no-progress", action="store_true",
                         help="disable progress bars (they show only on a terminal anyway)")
     parser.add_argument("--strict-kernels", action="store_true",
@@ -304,12 +307,33 @@ def _evaluate(argv: Sequence[str]) -> int:
             raise
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interrupted: the predictions made so far are in {cfg.resolved_save_path()}; the same command with "
+              "--resume continues from them", file=sys.stderr)
+        return 130
     print(format_summary(summary))  # the runner has logged a warning above UNPARSABLE_WARN_SHARE
     for line in (truncation_line(summary, cfg.max_length), slow_paths.summary_line()):
         if line:
             print(line)
     print(f"outputs written to {cfg.resolved_save_path()}")
-    return 0
+    return NO_VERDICT_EXIT if not args.allow_no_verdicts and no_verdict_parsed(summary) else 0
+
+
+# Exit status of a GRM evaluation none of whose judgements held a verdict: its results measure nothing (every
+# score 0, AUC 0.5), which a pipeline must not take for success. The outputs are still written, to look at;
+# --allow-no-verdicts (benchmarks of random weights) exits 0.
+NO_VERDICT_EXIT = 3
+
+
+def no_verdict_parsed(summary: dict) -> bool:
+    """Whether ``summary`` holds judgements and none parsed (then an error line says so on stderr)."""
+    verdicts = summary.get("unparsable_verdicts")
+    if not verdicts or not verdicts["judgements"] or verdicts["unparsable"] < verdicts["judgements"]:
+        return False
+    print(f"error: none of the {verdicts['judgements']} judgements held a parsable verdict (exit status "
+          f"{NO_VERDICT_EXIT}): the results measure nothing. Is the model a trained generative judge, and is "
+          "--max-new-tokens large enough? See the 'output' field of predictions.jsonl", file=sys.stderr)
+    return True
 
 
 def _compile_only(args: argparse.Namespace) -> int:

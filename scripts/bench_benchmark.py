@@ -135,7 +135,8 @@ def run_ours(args, kind: str, model: str, data: str, save: str) -> dict:
     cmd = [sys.executable, "-m", "longrm_jax.evaluate", "--model-path", model, "--data-path", data,
            "--save-path", save, "--overwrite", "--no-progress", "--dtype", "float32" if args.smoke else "bfloat16"]
     if kind == "grm":
-        cmd += ["--max-new-tokens", str(args.max_new_tokens), "--simulate-judgement-lengths"]
+        cmd += ["--max-new-tokens", str(args.max_new_tokens), "--simulate-judgement-lengths",
+                "--allow-no-verdicts"]  # random weights: a speed race, no verdict expected
         if args.batch_size:
             cmd += ["--batch-size", str(args.batch_size)]
     else:

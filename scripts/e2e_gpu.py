@@ -260,7 +260,8 @@ def main(argv=None) -> int:
                env=_env(args.smoke, False), log_dir=work)
     phases.run("evaluate", _cli(["longrm_jax.evaluate", "--model-path", hf_out, "--data-path", os.path.join(lrb, "long_rewardbench"), "--save-path",
                                  eval_dir, "--limit", str(args.eval_samples), "--tasks", *args.eval_tasks.split(","),
-                                 "--max-new-tokens", str(args.max_new_tokens), "--no-progress", *eval_flags]),
+                                 "--max-new-tokens", str(args.max_new_tokens), "--no-progress",
+                                 "--allow-no-verdicts", *eval_flags]),  # a few steps from random weights
                env=_env(args.smoke, False), log_dir=work)
     if not os.path.exists(os.path.join(eval_dir, "results.csv")):
         raise SystemExit("evaluate wrote no results.csv")

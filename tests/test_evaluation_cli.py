@@ -111,7 +111,8 @@ def test_grm_end_to_end(tmp_path, bench_dir):
     save = tmp_path / "out"
     assert evaluate.main(["--model-path", model, "--data-path", str(bench_dir), "--tasks", "Code",
                           "--save-path", str(save), "--dtype", "float32", "--max-new-tokens", "8",
-                          "--no-progress", "--batch-size", "2", "--both-orders"]) == 0
+                          "--no-progress", "--batch-size", "2", "--both-orders"]) == evaluate.NO_VERDICT_EXIT
+    # (a random judge writes no verdict: exit status 3, its outputs written all the same)
     rows, results, predictions = _read_outputs(save)
     assert [r[1] for r in rows[1:3]] == ["Code", "Same."]
     assert len(predictions) == 4
@@ -126,24 +127,27 @@ def test_grm_end_to_end(tmp_path, bench_dir):
 
 def test_grm_without_verdicts_is_reported_loudly(tmp_path, bench_dir, capsys, caplog):
     """A random judge never writes a verdict: every score is 0 and the AUC 0.5. That used to pass silently;
-    now the count and share are in results.json and the console, with a warning."""
+    now the count and share are in results.json and the console, with a warning, and the exit status is 3 (a
+    pipeline must not take it for success); the outputs are written all the same."""
     model = _checkpoint(tmp_path / "grm", "qwen3", "causal_lm")
     save = tmp_path / "out"
     assert evaluate.main(["--model-path", model, "--data-path", str(bench_dir), "--tasks", "Code",
                           "--save-path", str(save), "--dtype", "float32", "--max-new-tokens", "4",
-                          "--no-progress"]) == 0
+                          "--no-progress"]) == 3
+    captured = capsys.readouterr()
+    assert "error: none of the 4 judgements held a parsable verdict (exit status 3)" in captured.err
     rows, results, predictions = _read_outputs(save)
     assert all(p["verdict"] is None for p in predictions)
     assert results["unparsable_verdicts"] == {"unparsable": 4, "judgements": 4, "share": 1.0}
-    out = capsys.readouterr().out
-    assert "unparsable verdicts  4 of 4 (100.0%)" in out.splitlines()
+    assert "unparsable verdicts  4 of 4 (100.0%)" in captured.out.splitlines()
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any(w.startswith("4 of 4 judgements (100.0%) held no parsable verdict") for w in warnings), warnings
     # Groups without samples (only Code's pairwise rows exist here) print empty, never 0.00000.
     by_label = {r[1]: r[2] for r in rows[1:]}
     assert by_label["LongQA"] == "" if "LongQA" in by_label else True
     assert by_label["128k"] == "" and by_label["64k"] == ""
-    assert "128k" in out and all(not line.startswith("128k") or line.strip() == "128k" for line in out.splitlines())
+    assert "128k" in captured.out and all(not line.startswith("128k") or line.strip() == "128k"
+                                   for line in captured.out.splitlines())
 
 
 def test_cli_errors_name_the_file(tmp_path, bench_dir, capsys):

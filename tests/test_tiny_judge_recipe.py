@@ -44,7 +44,8 @@ def test_tiny_judge_recipe_runs_end_to_end(tmp_path):
     assert os.path.isfile(tmp_path / "grm_hf" / "tokenizer.json")
     assert evaluate.main(["--model-path", str(tmp_path / "grm_hf"), "--data-path", str(bench), "--tasks", "LongQA",
                           "--save-path", str(tmp_path / "grm_eval"), "--both-orders", "--dtype", "float32",
-                          "--max-new-tokens", "4", "--no-progress"]) == 0
+                          "--max-new-tokens", "4", "--no-progress"]) in (0, evaluate.NO_VERDICT_EXIT)
+    # (a judge of 2 steps may write no verdict in 4 tokens: exit 3, the outputs written all the same)
     results = json.loads((tmp_path / "grm_eval" / "results.json").read_text())
     assert results["both_orders"]["samples"] == 2
     assert "unparsable_verdicts" in json.dumps(results)

@@ -150,5 +150,8 @@ def test_two_processes_match_one_process_across_a_resume(tmp_path):
     _, want = load_trained_weights(str(tmp_path / "single" / "checkpoints"))
     _, got = load_trained_weights(str(tmp_path / "multi" / "checkpoints"))
     assert set(got) == set(want)
+    _, first = load_trained_weights(str(tmp_path / "multi" / "checkpoints"), step=1)
+    moved = [k for k in got if not np.allclose(got[k], first[k], rtol=1e-3, atol=1e-4)]
+    assert len(moved) > len(got) // 2, f"the resumed step left the weights (nearly) as they were: moved {moved}"
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
