@@ -3,11 +3,21 @@
 # needle-QA LM (the "pretrained" start) -> GRM stage 1 (SFT on judgements) -> GRM stage 2 (SimPO, from stage 1) ->
 # export -> Long-RewardBench evaluation with --both-orders; then the DisRM (Bradley-Terry, from the same LM) beside
 # it. Prints each step's wall time.
-# README "A judge from scratch". Run from the repository root: `bash scripts/tiny_judge.sh` (PYTHON=... to pick
-# the interpreter; arguments are ignored). Outputs: data/tiny_judge, runs/tiny_*, results/tiny_* (a re-run replaces them).
+# README "A judge from scratch". Run from the repository root: `bash scripts/tiny_judge.sh` (it uses .venv;
+# PYTHON=... picks another interpreter; arguments are ignored). Outputs: data/tiny_judge, runs/tiny_*, results/tiny_* (a re-run replaces them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY="${PYTHON:-python}"
+# The interpreter: PYTHON if set, else the project's virtual environment (what scripts/quickstart.sh made; also
+# from a fresh shell that has not activated it), else the python on PATH if it has the project installed.
+VENV="${LONGRM_VENV:-.venv}"
+if [ -n "${PYTHON:-}" ]; then PY="$PYTHON"
+elif [ -x "$VENV/bin/python" ]; then PY="$VENV/bin/python"
+else PY=python
+fi
+if ! "$PY" -c "import longrm_jax, tokenizers" >/dev/null 2>&1; then
+  echo "error: $PY cannot import the project (no $VENV here): run 'bash scripts/quickstart.sh' first, or set PYTHON" >&2
+  exit 2
+fi
 export JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}"
 step() {  # name, command...
   local name=$1 t0; shift
