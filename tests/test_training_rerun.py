@@ -232,3 +232,54 @@ def test_sigterm_at_step_31_saves_it_and_resume_is_bit_identical(tmp_path):
     want = [(r["step"], r["loss"]) for r in _rows(tmp_path / "ref")]
     got = [(r["step"], r["loss"]) for r in _rows(tmp_path / "run")]
     assert got == want  # steps 1..60 once each, every loss bit-identical (JSON keeps a float's repr)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_rerun_interrupted_at_step_2_keeps_the_finished_run_until_its_resume_replaces_it(
+        finished_run, tmp_path, monkeypatch, capsys, sig):
+    """Issue 42's repro: a finished run, a rerun of it (overwrite), Ctrl-C at step 2. The interrupt's save of
+    step 2 used to count as the rerun's first checkpoint and the finished run was deleted. Now it stays aside;
+    the rerun's --resume replaces it at its first scheduled checkpoint (every=4 here), and nothing piles up."""
+    out = _copy(finished_run, tmp_path / "run")
+    before = _snapshot(out)
+
+    def interrupt_at_2(step, event):
+        if event == "trained" and step == 2:
+            os.kill(os.getpid(), sig)
+
+    rerun = _args(out, "checkpoint.overwrite=true", "steps=8", "checkpoint.every=4")
+    with monkeypatch.context() as patch:
+        patch.setattr(loop, "run", functools.partial(loop.run, on_step=interrupt_at_2))
+        assert train.main(rerun) == 128 + sig
+    stdout = capsys.readouterr().out
+    (aside,) = [p for p in out.iterdir() if p.name.startswith(PREVIOUS_PREFIX)]
+    assert f"previous run kept in {aside}" in stdout and "previous run deleted" not in stdout
+    assert _snapshot(aside) == before  # the finished run, whole
+    assert completed_steps(str(out / "checkpoints")) == [2]  # the rerun's interrupt save, beside it
+
+    assert train.main(rerun + ["--resume"]) == 0
+    stdout = capsys.readouterr().out
+    assert f"previous run deleted ({aside})" in stdout
+    assert not [p for p in out.iterdir() if p.name.startswith(PREVIOUS_PREFIX)]
+    assert completed_steps(str(out / "checkpoints"))[-1] == 8
+
+
+def test_a_fresh_rerun_takes_earlier_set_aside_runs_along(finished_run, tmp_path, monkeypatch, capsys):
+    """Reruns stopped before a scheduled checkpoint, then a fresh rerun: every run set aside goes when the last
+    rerun has a checkpoint of its own (one deletion), not one folder per attempt left behind."""
+    out = _copy(finished_run, tmp_path / "run")
+
+    def fail_at_1(step, event):
+        if event == "trained" and step == 1:
+            raise _Fail("stop")
+
+    cfg = load_config(None, TINY + [f"output_dir={out}", "checkpoint.overwrite=true"], base=DEFAULT_CONFIG)
+    with pytest.raises(_Fail):
+        loop.run(cfg, on_step=fail_at_1)
+    (first,) = [p for p in out.iterdir() if p.name.startswith(PREVIOUS_PREFIX)]
+    (out / "metrics.jsonl").write_text("{}\n")  # what the failed attempt left: records to set aside again
+    assert train.main(_args(out, "checkpoint.overwrite=true", "steps=2")) == 0
+    stdout = capsys.readouterr().out
+    assert f"with the runs set aside before it: {first}" in stdout
+    assert "previous run deleted" in stdout
+    assert not [p for p in out.iterdir() if p.name.startswith(PREVIOUS_PREFIX)]

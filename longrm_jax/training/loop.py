@@ -32,8 +32,9 @@ from longrm_jax.training.distributed import maybe_initialize
 from longrm_jax.training.interrupt import StopSignals, TrainingInterrupted
 from longrm_jax.training.memory_plan import GiB, peak_device_gib, plan_train_step, predicted_host
 from longrm_jax.training.model_setup import codec_for, load_model, model_config
-from longrm_jax.training.run_dir import (ResumeMismatchError, SetAside, check_fresh_run_allowed,
-                                         check_resume_compatible, set_aside_previous_run, trim_metrics)
+from longrm_jax.training.run_dir import (ResumeMismatchError, SetAside, adopt_set_aside_runs,
+                                         check_fresh_run_allowed, check_resume_compatible, set_aside_previous_run,
+                                         trim_metrics)
 from longrm_jax.training.run_lock import RunLock
 from longrm_jax.training.state import abstract_state, create_state, lr_schedule, make_optimizer
 from longrm_jax.training.steps import (PREFERENCE_METRICS, StageSpec, jit_train_step, make_eval_step,
@@ -205,6 +206,8 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
         if inputs.resumable:
             ckpt = _checkpointer(cfg, inputs, plan)
             state, start = _restore(ckpt, state, iterator, inputs.ckpt_dir)
+            # Runs an interrupted rerun had set aside: this run replaces them as it would have.
+            aside = adopt_set_aside_runs(cfg.output_dir, inputs.ckpt_dir, cfg.checkpoint.overwrite)
         else:
             # Everything that could stop this run before training (memory plan, data, weights) has passed: only
             # now does the previous run make way, moved aside until this run's first checkpoint exists.
@@ -379,7 +382,7 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
     total_steps, num_rejects = inputs.total_steps, inputs.num_rejects
     peak = peak_flops(list(inputs.mesh.devices.flat))
     lora = LoraFlops.of(state.params) if state.frozen else None  # a frozen base: no weight gradients to count
-    last_saved = start
+    last_saved = regular_saved = start  # regular: saved by checkpoint.every or at the end, not by an interrupt
     show_bar = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
     bar = tqdm(total=total_steps, initial=start, desc=f"train {cfg.stage}", dynamic_ncols=True,
                disable=not show_bar or jax.process_index() != 0)
@@ -401,16 +404,21 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
                 bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{metrics['tokens_per_s']:.0f}")
                 on_step(step, "trained")
                 stop = signals.agreed()
-                if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or (stop and step != last_saved):
+                scheduled = bool(cfg.checkpoint.every) and step % cfg.checkpoint.every == 0
+                if scheduled or (stop and step != last_saved):
                     _save(ckpt, step, state, iterator, cfg, mcfg)
                     last_saved = step
+                    regular_saved = step if scheduled else regular_saved
                     on_step(step, "saving")
+                # The previous run makes way for a checkpoint of this run's schedule, never for an interrupt's:
+                # a rerun stopped by Ctrl-C at step 2 has replaced nothing a finished run made.
                 if aside is not None and jax.process_index() == 0:
-                    aside.release_if_replaced(ckpt.is_complete(last_saved) if last_saved > start else False)
+                    aside.release_if_replaced(regular_saved > start and ckpt.is_complete(regular_saved))
                 if stop:
                     ckpt.wait()
                     if aside is not None and jax.process_index() == 0:
-                        aside.release_if_replaced(last_saved > start)
+                        aside.release_if_replaced(regular_saved > start)
+                        aside.say_kept()
                     raise TrainingInterrupted(stop, step, total_steps, inputs.ckpt_dir, saved=last_saved == step)
         if last_saved != step and cfg.checkpoint.at_end:
             _save(ckpt, step, state, iterator, cfg, mcfg)

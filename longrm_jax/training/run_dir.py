@@ -5,7 +5,8 @@
   else (``check_fresh_run_allowed``). Once the new run has compiled its step, loaded its model and is about to
   train, the earlier run's checkpoints and records (metrics.jsonl, tensorboard/, config.yaml, memory_plan.json)
   are *moved* into ``<output_dir>/previous_run-<time>/`` (``set_aside_previous_run``), and deleted only once the
-  new run's first checkpoint is complete (or the run finished, for runs that save none), and only under
+  new run's first scheduled checkpoint is complete (an interrupt's save does not count; a ``--resume`` of the
+  interrupted rerun takes the deletion over), or the run finished, for runs that save none, and only under
   ``checkpoint.overwrite: true`` (without it, records of a run that left no checkpoint stay where they were moved). A run that fails before its first checkpoint leaves the old
   run intact in that directory (logged). A checkpoint directory outside ``output_dir`` that cannot be renamed
   into it (another file system) goes to ``<checkpoint.dir>.previous-<time>`` instead.
@@ -79,6 +80,35 @@ class SetAside:
         if replaced and (place := self.release_now()):
             say(f"previous run deleted ({place}): {why}")
 
+    def say_kept(self) -> None:
+        """Log where the set-aside files still are (an interrupted run, before a checkpoint of its schedule)."""
+        if not self.released:
+            say(f"previous run kept in {', '.join(self.places)}: this run has no scheduled checkpoint yet "
+                "(an interrupt's save does not replace it); --resume continues and replaces it at the next one")
+
+
+def earlier_set_aside_runs(output_dir: str, ckpt_dir: str) -> list[str]:
+    """Folders where earlier reruns set runs aside: ``<output_dir>/previous_run-*`` and
+    ``<checkpoint.dir>.previous-*``, oldest first."""
+    found = []
+    if os.path.isdir(output_dir):
+        found += [os.path.join(output_dir, n) for n in os.listdir(output_dir) if n.startswith(PREVIOUS_PREFIX)]
+    parent, base = os.path.split(os.path.normpath(ckpt_dir))
+    if os.path.isdir(parent or "."):
+        found += [os.path.join(parent, n) for n in os.listdir(parent or ".") if n.startswith(base + ".previous-")]
+    return sorted(p for p in found if os.path.isdir(p))
+
+
+def adopt_set_aside_runs(output_dir: str, ckpt_dir: str, overwrite: bool) -> SetAside | None:
+    """On ``--resume``: runs that an interrupted rerun set aside, to be deleted when the resumed run replaces
+    them as that rerun would have (its next scheduled checkpoint; ``checkpoint.overwrite``). Process 0 only."""
+    places = earlier_set_aside_runs(output_dir, ckpt_dir) if jax.process_index() == 0 and overwrite else []
+    if not places:
+        return None
+    say(f"previous run(s) set aside in {', '.join(places)}: deleted once this run's next scheduled checkpoint is "
+        "complete (checkpoint.overwrite)")
+    return SetAside(places=places, delete_when_replaced=True)
+
 
 def set_aside_previous_run(output_dir: str, ckpt_dir: str, has_checkpoint: bool, overwrite: bool) -> SetAside | None:
     """Move an earlier run's checkpoints and records out of the way of a fresh run (process 0; every process
@@ -94,10 +124,13 @@ def set_aside_previous_run(output_dir: str, ckpt_dir: str, has_checkpoint: bool,
 
 
 def _move_aside(output_dir: str, ckpt_dir: str, has_checkpoint: bool, overwrite: bool) -> SetAside | None:
+    # Runs that earlier reruns set aside and did not replace (stopped before a scheduled checkpoint) go with this
+    # one: whatever this run replaces, it replaces all of them at once, so they never pile up.
+    earlier = earlier_set_aside_runs(output_dir, ckpt_dir)
     records = [name for name in RECORD_FILES if os.path.exists(os.path.join(output_dir, name))]
     ckpt_present = has_checkpoint or (os.path.isdir(ckpt_dir) and bool(os.listdir(ckpt_dir)))
     if not records and not ckpt_present:
-        return None
+        return SetAside(places=earlier, delete_when_replaced=overwrite) if earlier else None
     stamp = time.strftime("%Y%m%d-%H%M%S")
     target = os.path.join(output_dir, PREVIOUS_PREFIX + stamp)
     suffix = 1
@@ -124,9 +157,10 @@ def _move_aside(output_dir: str, ckpt_dir: str, has_checkpoint: bool, overwrite:
     what = ("checkpoints and records" if ckpt_present and records else "checkpoints" if ckpt_present
             else "records (" + ", ".join(records) + ")")
     say(f"previous run's {what} moved to {' and '.join(places)}; "
-        + ("deleted once this run's first checkpoint is complete, or the run has finished (checkpoint.overwrite)"
-           if delete else "kept there (checkpoint.overwrite is false)"))
-    return SetAside(places=places, delete_when_replaced=delete)
+        + ("deleted once this run's first scheduled checkpoint is complete, or the run has finished "
+           "(checkpoint.overwrite)" if delete else "kept there (checkpoint.overwrite is false)")
+        + (f"; with the runs set aside before it: {', '.join(earlier)}" if earlier else ""))
+    return SetAside(places=earlier + places, delete_when_replaced=delete)
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:
