@@ -133,3 +133,16 @@ def test_debug_shows_the_traceback(tmp_path, monkeypatch):
     monkeypatch.setenv("LONGRM_DEBUG", "1")
     with pytest.raises(ValueError, match="no preference records"):
         main(["--set", f"data.source={data}", "--set", f"output_dir={tmp_path / 'run'}"])
+
+
+def test_no_batch_advice_names_only_what_would_change_something():
+    """Issue 42 item 6: the advice suggested data.truncation prompt_middle when it was already set, and a longer
+    row when the pairs were identical in the data itself."""
+    from longrm_jax.data.pipeline import no_batch_advice
+
+    cut = {"truncated_samples": 4, "identical_pairs_dropped": 4}
+    assert no_batch_advice(cut, "right").startswith("raise data.seq_len, use data.truncation prompt_middle, or ")
+    assert no_batch_advice(cut, "prompt_middle").startswith("raise data.seq_len, or check the data")
+    same = no_batch_advice({"truncated_samples": 0, "identical_pairs_dropped": 4}, "prompt_middle")
+    assert same.startswith("every preference group's rejected response equals its chosen one although no sequence")
+    assert "data.seq_len" not in same and "prompt_middle" not in same

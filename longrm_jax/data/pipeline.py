@@ -237,8 +237,7 @@ class _WindowPacker:
                 raise NoTrainableDataError(
                     f"a whole pass over the {self.num_records} training records gave no batch to train on "
                     f"({reasons}; data.truncation {cfg.truncation!r}, rows of {max(cfg.resolved_buckets)} tokens): "
-                    "raise data.seq_len, use data.truncation prompt_middle, or check the data (python -m "
-                    "longrm_jax.data.inspect_data)")
+                    + no_batch_advice(counts, cfg.truncation))
             report = self.report and self.records_seen >= self.num_records
             if report:
                 self.report = False
@@ -370,3 +369,14 @@ def make_train_iterator(data, tokenizer, *, stage: str = "simpo", data_format: s
         raise ValueError(f"{data.source_name}: stage {stage!r} needs {expected} data, the file holds "
                          f"{data.format} rows")
     return TrainIterator(data, tokenizer, cfg, report=report)
+
+
+def no_batch_advice(counts: dict, truncation: str) -> str:
+    """What to change when a whole pass gave no batch, from what the pass counted: no advice to set what is
+    already set, and identical pairs that no cut made are the data's own."""
+    inspect = "check the data (python -m longrm_jax.data.inspect_data)"
+    if counts.get("identical_pairs_dropped") and not counts.get("truncated_samples"):
+        return ("every preference group's rejected response equals its chosen one although no sequence was cut: "
+                "the data's pairs do not differ; " + inspect)
+    fixes = ["raise data.seq_len"] + (["use data.truncation prompt_middle"] if truncation != "prompt_middle" else [])
+    return ", ".join(fixes) + ", or " + inspect

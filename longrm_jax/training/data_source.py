@@ -161,7 +161,8 @@ def missing_eval_reason(cfg: TrainConfig) -> str:
     source = cfg.data.eval_source or "synthetic"
     return (f"no held-out pairs left: every held-out pair of {source} was dropped (identical after truncation to "
             f"data.seq_len={cfg.data.seq_len}, data.truncation {cfg.data.truncation}; see the data summary line): "
-            "raise data.seq_len or use data.truncation prompt_middle")
+            "raise data.seq_len" + (" or use data.truncation prompt_middle" if cfg.data.truncation != "prompt_middle"
+                                    else ""))
 
 
 def eval_batches(cfg: TrainConfig, tokenizer: ChatTokenizer) -> list[dict]:
