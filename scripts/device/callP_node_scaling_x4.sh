@@ -5,6 +5,8 @@
 #   fsdp4  mesh.fsdp=4, 4 pairs of 2 x 32K (one per GPU);
 #   data4  mesh.data=4, 4 pairs (weights and moments replicated: 8B needs an H200's memory; skipped on H100);
 #   fsdp4f fsdp4 with the collective-overlap XLA flags exported as a user would, and CUDA_DEVICE_MAX_CONNECTIONS=1;
+#   fsdp4off fsdp4 with the overlap settings the trainer applies by default turned off through XLA_FLAGS (a flag
+#          the user sets wins): the "off" column of the flag table;
 #   ring4  mesh.seq=4, one 2 x 128K pair (ring attention); ring4f the same with the overlap flags.
 # A run starts only while the call has time for it (BUDGET_S); everything is packed into $OUT/callP.tgz as it
 # goes, so a call cut off still returns the runs that finished.
@@ -23,6 +25,8 @@ OVERLAP="--xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_enable_pipelin
 --xla_gpu_enable_while_loop_double_buffering=true --xla_gpu_enable_highest_priority_async_stream=true \
 --xla_gpu_all_gather_combine_threshold_bytes=536870912 --xla_gpu_reduce_scatter_combine_threshold_bytes=536870912 \
 --xla_gpu_enable_command_buffer="
+NO_OVERLAP="--xla_gpu_enable_pipelined_all_gather=false --xla_gpu_enable_pipelined_reduce_scatter=false \
+--xla_gpu_enable_while_loop_double_buffering=false --xla_gpu_enable_highest_priority_async_stream=false"
 left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
 one() {  # one NAME LIMIT_S L [--set ...]: run it if the call has LIMIT_S left, then summarise its profile
   local name=$1 t=$2 L=$3; shift 3
@@ -38,7 +42,8 @@ for run in $RUNS; do
     fsdp4) one fsdp4 160 32768 --set mesh.fsdp=4 --set data.batch_rows=8 ;;
     data4) [ "$GPU_MIB" -gt 100000 ] && one data4 160 32768 --set mesh.data=4 --set data.batch_rows=8 ;;
     fsdp4f) XLA_FLAGS="$OVERLAP" CUDA_DEVICE_MAX_CONNECTIONS=1 one fsdp4f 160 32768 --set mesh.fsdp=4 --set data.batch_rows=8 ;;
-    ring4) one ring4 250 131072 --set mesh.seq=4 ;;
+    fsdp4off) XLA_FLAGS="$NO_OVERLAP" one fsdp4off 160 32768 --set mesh.fsdp=4 --set data.batch_rows=8 ;;
+    ring4) one ring4 ${RING_S:-250} 131072 --set mesh.seq=4 ;;
     ring4f) XLA_FLAGS="$OVERLAP" CUDA_DEVICE_MAX_CONNECTIONS=1 one ring4f 250 131072 --set mesh.seq=4 ;;
   esac
 done
