@@ -23,8 +23,10 @@ SUPPORTED_ARCHITECTURES: dict[str, tuple[str, str]] = {
     "Qwen3ForCausalLM": ("qwen3", "causal_lm"),
     "LlamaForSequenceClassification": ("llama", "classifier"),
     "Qwen3ForSequenceClassification": ("qwen3", "classifier"),
+    "Qwen2ForCausalLM": ("qwen2", "causal_lm"),
+    "Qwen2ForSequenceClassification": ("qwen2", "classifier"),
 }
-FAMILY_CLASS_PREFIX = {"llama": "Llama", "qwen3": "Qwen3"}
+FAMILY_CLASS_PREFIX = {"llama": "Llama", "qwen3": "Qwen3", "qwen2": "Qwen2"}
 HEAD_CLASS_SUFFIX = {"causal_lm": "ForCausalLM", "classifier": "ForSequenceClassification"}
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 DECODE_ATTENTION_IMPLS = ("xla", "pallas", "pallas_interpret")
@@ -38,7 +40,7 @@ _ROPE_META_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Architecture and numerics of one decoder (Llama-3.x or Qwen3 family).
+    """Architecture and numerics of one decoder (Llama-3.x, Qwen3 or Qwen2 / Qwen2.5 family).
 
     Attributes mirror HF names where they exist. ``rope_scaling`` holds the scaling parameters (``factor``,
     ``original_max_position_embeddings``, ``low_freq_factor``, ``beta_fast`` ...) without ``rope_type`` /
@@ -52,7 +54,7 @@ class ModelConfig:
     num_heads: int
     num_kv_heads: int
     head_dim: int
-    family: str = "llama"  # "llama" | "qwen3"
+    family: str = "llama"  # one of FAMILY_CLASS_PREFIX
     head: str = "causal_lm"  # "causal_lm" | "classifier"
     num_labels: int = 1
     rms_norm_eps: float = 1e-5
@@ -62,7 +64,8 @@ class ModelConfig:
     max_position_embeddings: int = 8192
     tie_word_embeddings: bool = False
     qk_norm: bool = False  # Qwen3: per-head RMSNorm on q and k before RoPE
-    attention_bias: bool = False
+    attention_bias: bool = False  # Llama's flag: biases on q, k, v and o
+    qkv_bias: bool = False  # Qwen2: biases on q, k and v only (o_proj has none)
     mlp_bias: bool = False
     pad_token_id: int | None = None
     bos_token_id: int | None = None
@@ -128,6 +131,10 @@ class ModelConfig:
             raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
 
     @property
+    def has_qkv_bias(self) -> bool:
+        return self.attention_bias or self.qkv_bias
+
+    @property
     def rope_scaling_dict(self) -> dict[str, Any]:
         return {k: _thaw(v) for k, v in self.rope_scaling}
 
@@ -190,6 +197,18 @@ def _rope_from_hf(hf: Mapping[str, Any]) -> tuple[str, float, dict[str, Any]]:
     return rope_type, float(params["rope_theta"]), scaling
 
 
+def _check_no_sliding_window(hf: Mapping[str, Any], family: str) -> None:
+    """Refuse a config whose layers would attend through a sliding window (not modelled for this family):
+    running full attention instead would silently change every output past the window."""
+    if family == "qwen2" and hf.get("use_sliding_window"):
+        raise ValueError(
+            f"config key 'use_sliding_window' is true (sliding_window={hf.get('sliding_window')}, "
+            f"max_window_layers={hf.get('max_window_layers')}); sliding-window attention is not supported for "
+            "Qwen2 (released Qwen2 / Qwen2.5 checkpoints set it false)")
+    if family in ("llama", "qwen3") and hf.get("use_sliding_window"):
+        raise ValueError("config key 'use_sliding_window' is true; sliding-window attention is not supported")
+
+
 def from_hf_config(hf: Mapping[str, Any], *, head: str | None = None, **overrides) -> ModelConfig:
     """``ModelConfig`` from a parsed HF ``config.json`` dict.
 
@@ -218,8 +237,7 @@ def from_hf_config(hf: Mapping[str, Any], *, head: str | None = None, **override
     act = hf.get("hidden_act", "silu")
     if act != "silu":
         raise ValueError(f"config key 'hidden_act' is {act!r}; only 'silu' is supported")
-    if hf.get("use_sliding_window"):
-        raise ValueError("config key 'use_sliding_window' is true; sliding-window attention is not supported")
+    _check_no_sliding_window(hf, family)
     rope_type, rope_theta, scaling = _rope_from_hf(hf)
     num_heads = int(hf["num_attention_heads"])
     head_dim = hf.get("head_dim") or int(hf["hidden_size"]) // num_heads
@@ -246,7 +264,8 @@ def from_hf_config(hf: Mapping[str, Any], *, head: str | None = None, **override
         max_position_embeddings=int(hf.get("max_position_embeddings", 8192)),
         tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
         qk_norm=family == "qwen3",
-        attention_bias=bool(hf.get("attention_bias", False)),
+        attention_bias=bool(hf.get("attention_bias", False)) and family != "qwen2",
+        qkv_bias=family == "qwen2",  # Qwen2 hard-codes bias=True on q/k/v and none on o_proj
         mlp_bias=bool(hf.get("mlp_bias", False)),
         pad_token_id=hf.get("pad_token_id"),
         bos_token_id=hf.get("bos_token_id"),
@@ -303,7 +322,7 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str | None = None, base: Mapping[st
     )
     if cfg.family == "llama":
         out["mlp_bias"] = cfg.mlp_bias
-    else:
+    else:  # Qwen2 / Qwen3: full attention on every layer
         out.setdefault("use_sliding_window", False)
         out.setdefault("sliding_window", None)
         out.setdefault("max_window_layers", cfg.num_layers)

@@ -55,10 +55,11 @@ def layer_param_specs(cfg: ModelConfig) -> dict[str, tuple[tuple[int, ...], tupl
     if cfg.qk_norm:
         specs["q_norm"] = ((h,), ("norm",), "ones")
         specs["k_norm"] = ((h,), ("norm",), "ones")
-    if cfg.attention_bias:
+    if cfg.has_qkv_bias:
         specs["q_bias"] = ((n, h), ("heads", "head_dim"), "zeros")
         specs["k_bias"] = ((k, h), ("kv_heads", "head_dim"), "zeros")
         specs["v_bias"] = ((k, h), ("kv_heads", "head_dim"), "zeros")
+    if cfg.attention_bias:
         specs["o_bias"] = ((d,), ("embed",), "zeros")
     if cfg.mlp_bias:
         specs["gate_bias"] = ((f,), ("mlp",), "zeros")

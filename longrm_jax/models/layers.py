@@ -4,7 +4,8 @@ Kept free of NNX so the same body runs under ``jax.lax.scan`` over stacked layer
 cache. Parameter layouts (per layer, i.e. without the leading ``layers`` axis):
 
   attn_norm, mlp_norm [D]          q_proj [D, N, H]    k_proj, v_proj [D, K, H]    o_proj [N, H, D]
-  q_norm, k_norm [H] (Qwen3)       q_bias [N, H], k_bias / v_bias [K, H], o_bias [D] (attention_bias)
+  q_norm, k_norm [H] (Qwen3)       q_bias [N, H], k_bias / v_bias [K, H] (attention_bias or Qwen2's qkv_bias),
+                                   o_bias [D] (attention_bias)
   gate_proj, up_proj [D, F]        down_proj [F, D]    gate_bias / up_bias [F], down_bias [D] (mlp_bias)
 
 Inference layout (:meth:`longrm_jax.models.decoder.DecoderLayers.fuse_projections`, used by the evaluator):
@@ -81,7 +82,7 @@ def qkv_projection(p: dict, h_btd: jax.Array, cos, sin, cfg: ModelConfig):
     q = with_lora(p, "q_proj", h_btd, 1, jnp.einsum("btd,dnh->btnh", h_btd, p["q_proj"]))
     k = with_lora(p, "k_proj", h_btd, 1, jnp.einsum("btd,dkh->btkh", h_btd, p["k_proj"]))
     v = with_lora(p, "v_proj", h_btd, 1, jnp.einsum("btd,dkh->btkh", h_btd, p["v_proj"]))
-    if cfg.attention_bias:
+    if cfg.has_qkv_bias:
         q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
     if cfg.qk_norm:
         q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
@@ -97,7 +98,7 @@ def _fused_qkv_projection(p: dict, h_btd: jax.Array, cos, sin, cfg: ModelConfig)
     b, t, _ = h_btd.shape
     g = cfg.num_heads // cfg.num_kv_heads
     qkv = jnp.einsum("btd,dkgh->btkgh", h_btd, p["qkv_proj"])  # [B, T, K, G + 2, H]
-    if cfg.attention_bias:
+    if cfg.has_qkv_bias:
         qkv = qkv + jnp.concatenate([p["q_bias"].reshape(cfg.num_kv_heads, g, cfg.head_dim),
                                      p["k_bias"][:, None], p["v_bias"][:, None]], axis=1)
     v = qkv[:, :, :, g + 1]
