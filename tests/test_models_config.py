@@ -50,8 +50,8 @@ def test_round_trip_writes_both_key_sets(hf):
 
 
 def test_unknown_architecture_and_rope_type_are_named():
-    with pytest.raises(ValueError, match=r"MistralForCausalLM.*supported.*LlamaForCausalLM"):
-        from_hf_config(dict(LLAMA_31_8B, architectures=["MistralForCausalLM"]))
+    with pytest.raises(ValueError, match=r"Phi3ForCausalLM.*supported.*LlamaForCausalLM"):
+        from_hf_config(dict(LLAMA_31_8B, architectures=["Phi3ForCausalLM"]))
     with pytest.raises(ValueError, match=r"'dynamic'.*supported.*yarn"):
         from_hf_config(dict(LLAMA_31_8B, rope_scaling={"rope_type": "dynamic", "factor": 2.0}))
     with pytest.raises(ValueError, match="low_freq_factor"):

@@ -25,8 +25,12 @@ SUPPORTED_ARCHITECTURES: dict[str, tuple[str, str]] = {
     "Qwen3ForSequenceClassification": ("qwen3", "classifier"),
     "Qwen2ForCausalLM": ("qwen2", "causal_lm"),
     "Qwen2ForSequenceClassification": ("qwen2", "classifier"),
+    "MistralForCausalLM": ("mistral", "causal_lm"),
+    "MistralForSequenceClassification": ("mistral", "classifier"),
 }
-FAMILY_CLASS_PREFIX = {"llama": "Llama", "qwen3": "Qwen3", "qwen2": "Qwen2"}
+FAMILY_CLASS_PREFIX = {"llama": "Llama", "qwen3": "Qwen3", "qwen2": "Qwen2", "mistral": "Mistral"}
+# MistralConfig's default window, which transformers applies when config.json has no 'sliding_window' key.
+MISTRAL_DEFAULT_SLIDING_WINDOW = 4096
 HEAD_CLASS_SUFFIX = {"causal_lm": "ForCausalLM", "classifier": "ForSequenceClassification"}
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 DECODE_ATTENTION_IMPLS = ("xla", "pallas", "pallas_interpret")
@@ -40,7 +44,7 @@ _ROPE_META_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Architecture and numerics of one decoder (Llama-3.x, Qwen3 or Qwen2 / Qwen2.5 family).
+    """Architecture and numerics of one decoder (Llama-3.x, Qwen3, Qwen2 / Qwen2.5 or Mistral family).
 
     Attributes mirror HF names where they exist. ``rope_scaling`` holds the scaling parameters (``factor``,
     ``original_max_position_embeddings``, ``low_freq_factor``, ``beta_fast`` ...) without ``rope_type`` /
@@ -205,6 +209,13 @@ def _check_no_sliding_window(hf: Mapping[str, Any], family: str) -> None:
             f"config key 'use_sliding_window' is true (sliding_window={hf.get('sliding_window')}, "
             f"max_window_layers={hf.get('max_window_layers')}); sliding-window attention is not supported for "
             "Qwen2 (released Qwen2 / Qwen2.5 checkpoints set it false)")
+    if family == "mistral":
+        window = hf["sliding_window"] if "sliding_window" in hf else MISTRAL_DEFAULT_SLIDING_WINDOW
+        if window is not None:
+            raise ValueError(
+                f"config key 'sliding_window' is {window}"
+                + ("" if "sliding_window" in hf else " (absent: MistralConfig's default)")
+                + "; sliding-window attention is not supported for Mistral (v0.3 and Nemo set it null)")
     if family in ("llama", "qwen3") and hf.get("use_sliding_window"):
         raise ValueError("config key 'use_sliding_window' is true; sliding-window attention is not supported")
 
@@ -322,6 +333,8 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str | None = None, base: Mapping[st
     )
     if cfg.family == "llama":
         out["mlp_bias"] = cfg.mlp_bias
+    elif cfg.family == "mistral":
+        out["sliding_window"] = None  # full attention on every layer (None, not absent: absent means 4096)
     else:  # Qwen2 / Qwen3: full attention on every layer
         out.setdefault("use_sliding_window", False)
         out.setdefault("sliding_window", None)
