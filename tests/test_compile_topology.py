@@ -121,7 +121,7 @@ def test_tpu_step_that_does_not_fit_names_predicted_and_available(v5p_8):
     report = compile_train_step(_tiny("simpo", memory_budget_gib=0.001), v5p_8)
     assert not report.fits
     first = report.error.splitlines()[0]
-    assert "predicted" in first and "available 0.00 GiB" in first
+    assert "predicted" in first and "available 1.02 MiB" in first
     assert "reduce it with:" in report.error and "mesh.seq" in report.error
 
 
@@ -139,7 +139,7 @@ def test_cli_refuses_a_hopeless_step_before_compiling(v5p_8, monkeypatch, capsys
     assert train.main(["--compile-only", "--topology", "v5p-8", *(a for s in sets for a in ("--set", s))]) == 4
     err = capsys.readouterr().err
     assert err.startswith("error: v5p-8: the train step does not fit the device: predicted at least "), err
-    assert "(lower bound: train state" in err and "available 0.00 GiB (model.remat=full; before compiling)" in err
+    assert "(lower bound: train state" in err and "available 104.86 KiB (model.remat=full; before compiling)" in err
 
 
 @needs_libtpu

@@ -21,7 +21,7 @@ def test_step_that_does_not_fit_stops_before_any_step(tmp_path):
     with pytest.raises(MemoryPlanError) as err:
         loop.run(cfg)
     msg = str(err.value)
-    assert msg.startswith("the train step does not fit the device: predicted 0.07 GiB per device, available 0.05 GiB "
+    assert msg.startswith("the train step does not fit the device: predicted 75.87 MiB per device, available 51.20 MiB "
                           "(model.remat=full; compiled program analysis):")
     assert "gradients: train state" in msg and "model.remat=offload_layer_inputs" in msg and "mesh.seq > 1" in msg
     assert "lora.rank > 0" in msg and "model.param_dtype=bfloat16" in msg
@@ -210,7 +210,7 @@ def test_hopeless_step_is_refused_before_compiling(tmp_path, monkeypatch):
     assert first.startswith("the train step does not fit the device: predicted at least "), first
     assert "(lower bound: train state " in first and " + gradients " in first and " + batch " in first
     assert "layer inputs kept for the backward" in first and "4 layers x 2,048 tokens x" in first
-    assert first.endswith("available 0.00 GiB (model.remat=full; before compiling)")
+    assert first.endswith("available 2.05 MiB (model.remat=full; before compiling)")  # was "0.00 GiB" (issue 42)
     assert hints.startswith("reduce it with: model.remat=offload_layer_inputs")
 
 

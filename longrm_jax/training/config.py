@@ -217,7 +217,8 @@ class TrainConfig:
     progress: bool | None = None
     tensorboard: bool = True
     # Before loading weights the trainer compiles the step and stops if its predicted memory exceeds the
-    # device's (training.memory_plan). Per-device budget in GiB; None: the device allocator's limit (none on CPU).
+    # device's (training.memory_plan). Per-device budget in GiB; None: the device allocator's limit (CPU: 90% of the
+    # host's free RAM over its CPU devices, training.host_memory).
     memory_check: bool = True
     memory_budget_gib: float | None = None
     # Pinned host memory per device for offloaded activations (model.remat offload_*), in GiB; None: 75% of the

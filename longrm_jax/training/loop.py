@@ -29,6 +29,7 @@ from longrm_jax.training.data_source import (count_batches, degenerate_groups, e
                                              missing_eval_reason, train_iterator, train_records)
 from longrm_jax.training.data_source import slots as data_slots
 from longrm_jax.training.distributed import maybe_initialize
+from longrm_jax.training.host_memory import check_data_buffers
 from longrm_jax.training.interrupt import StopSignals, TrainingInterrupted
 from longrm_jax.training.memory_plan import GiB, peak_device_gib, plan_train_step, predicted_host
 from longrm_jax.training.model_setup import codec_for, load_model, model_config
@@ -279,6 +280,7 @@ def _prepare_inputs(cfg: TrainConfig, resume: bool) -> _RunInputs:
         devices = devices[: math.prod(sizes)]  # a fixed-size mesh on a larger host uses its first devices
     mesh = make_mesh(data=m.data, fsdp=m.fsdp, seq=m.seq, tensor=m.tensor, devices=devices)
     check_rows_split(cfg, mesh)
+    check_data_buffers(cfg)  # before any batch is packed: one too large for the RAM ended in the OOM killer
     tokenizer = load_tokenizer(cfg.data)
     records = train_records(cfg)
     eval_host = eval_batches(cfg, tokenizer) if (cfg.eval_before or cfg.eval_after) else []

@@ -38,7 +38,9 @@ import numpy as np
 
 from longrm_jax import xla_log
 from longrm_jax.models.layers import device_twin
+from longrm_jax.parallel.target import target_of
 from longrm_jax.parallel.topology import GPU_RUNTIME_HEADROOM
+from longrm_jax.training.host_memory import cpu_budget_line, cpu_device_budget, format_bytes, format_sizes
 
 GiB = 2**30
 log = logging.getLogger(__name__)
@@ -95,6 +97,10 @@ class MemoryPlanError(RuntimeError):
         super().__init__(message)
         self.tried, self.last = tried or [], last
 
+    def with_line(self, line: str) -> MemoryPlanError:
+        """The same refusal with one more line (what the budget was)."""
+        return MemoryPlanError(f"{self}\n{line}", self.tried, self.last)
+
 
 @dataclass(frozen=True)
 class ProgramMemory:
@@ -144,14 +150,14 @@ class ProgramMemory:
         return self.resident + self.inputs + self.outputs - self.aliased + self.temp
 
     def describe(self) -> str:
-        host = f"; pinned host {self.host / GiB:.2f} GiB" if self.host else ""
+        host = f"; pinned host {format_bytes(self.host)}" if self.host else ""
         if self.refused:
-            return (f"{self.name}: train state {self.resident / GiB:.1f} + inputs {self.inputs / GiB:.1f} + "
-                    f"temporaries {self.temp / GiB:.1f} = at least {self.peak / GiB:.2f} GiB; the compiler refused "
-                    f"it: {self.refused}")
-        return (f"{self.name}: train state {self.resident / GiB:.1f} + inputs {self.inputs / GiB:.1f} + outputs "
-                f"{(self.outputs - self.aliased) / GiB:.1f} + temporaries {self.temp / GiB:.1f} = "
-                f"{self.peak / GiB:.2f} GiB{host}")
+            return (f"{self.name}: train state {format_bytes(self.resident, 1)} + inputs {format_bytes(self.inputs, 1)}"
+                    f" + temporaries {format_bytes(self.temp, 1)} = at least {format_bytes(self.peak)}; the compiler "
+                    f"refused it: {self.refused}")
+        return (f"{self.name}: train state {format_bytes(self.resident, 1)} + inputs {format_bytes(self.inputs, 1)} + "
+                f"outputs {format_bytes(self.outputs - self.aliased, 1)} + temporaries {format_bytes(self.temp, 1)} = "
+                f"{format_bytes(self.peak)}{host}")
 
 
 def bytes_per_device(tree, *, memory: str = "device") -> int:
@@ -293,12 +299,13 @@ def too_big_message(programs: list[ProgramMemory], budget: int | None, remat: st
     refused = any(p.refused for p in programs)
     if refused or (budget is not None and predicted_peak(programs) > budget):
         at_least = "at least " if refused else ""
-        available = f"{budget / GiB:.2f} GiB" if budget is not None else "less (the compiler's figure)"
-        what = (f"the device: predicted {at_least}{predicted_peak(programs) / GiB:.2f} GiB per device, available "
-                f"{available}")
+        peak, available = format_sizes(predicted_peak(programs), budget if budget is not None else 0)
+        available = available if budget is not None else "less (the compiler's figure)"
+        what = f"the device: predicted {at_least}{peak} per device, available {available}"
     else:
-        what = (f"the host's pinned memory: predicted {predicted_host(programs) / GiB:.2f} GiB per device of "
-                f"offloaded activations, budget {host / GiB:.2f} GiB (host_memory_budget_gib; default "
+        pinned, host_budget_text = format_sizes(predicted_host(programs), host)
+        what = (f"the host's pinned memory: predicted {pinned} per device of "
+                f"offloaded activations, budget {host_budget_text} (host_memory_budget_gib; default "
                 f"{HOST_RAM_SHARE:.0%} of RAM over the local devices)")
         # Only an offloading policy uses pinned memory; the host is what is short: keep some layers on the device.
         hints = ("model.offloaded_layers=N below the model's layers (only the first N layers save to the host; "
@@ -350,10 +357,10 @@ class LowerBound:
         return self.state + self.gradients + self.batch + self.layer_inputs
 
     def describe(self) -> str:
-        text = (f"train state {self.state / GiB:.1f} GiB + gradients {self.gradients / GiB:.1f} GiB + batch "
-                f"{self.batch / GiB:.1f} GiB")
+        text = (f"train state {format_bytes(self.state, 1)} + gradients {format_bytes(self.gradients, 1)} + batch "
+                f"{format_bytes(self.batch, 1)}")
         if self.layer_inputs:
-            text += (f" + layer inputs kept for the backward {self.layer_inputs / GiB:.1f} GiB "
+            text += (f" + layer inputs kept for the backward {format_bytes(self.layer_inputs, 1)} "
                      f"({self.layer_inputs_how})")
         return text
 
@@ -379,9 +386,10 @@ def refuse_early(bound: LowerBound, budget: int | None, remat: str, hints: tuple
     """Raise ``MemoryPlanError`` when ``bound`` alone exceeds ``budget``: nothing to compile."""
     if budget is None or bound.total <= budget:
         return
+    need, available = format_sizes(bound.total, budget)
     raise MemoryPlanError(
-        f"the train step does not fit the device: predicted at least {bound.total / GiB:.2f} GiB per device "
-        f"(lower bound: {bound.describe()}), available {budget / GiB:.2f} GiB (model.remat={remat}; before "
+        f"the train step does not fit the device: predicted at least {need} per device "
+        f"(lower bound: {bound.describe()}), available {available} (model.remat={remat}; before "
         f"compiling)\nreduce it with: " + "; ".join(hints))
 
 
@@ -448,13 +456,16 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
     from longrm_jax.training.state import abstract_state
     from longrm_jax.training.steps import jit_train_step, make_train_step
 
-    budget = host = None
+    budget = host = budget_line = None
     if device_bytes is not None:
         budget = device_bytes
         host = int(cfg.host_memory_budget_gib * GiB) if cfg.host_memory_budget_gib is not None else None
     elif cfg.memory_check:
         budget = device_budget(mesh.local_devices, cfg.memory_budget_gib)
         host = host_budget(len(mesh.local_devices), cfg.host_memory_budget_gib)
+        if budget is None and target_of(mesh).platform == "cpu":  # CPU devices' arrays are in the host's RAM
+            budget = cpu_device_budget(cfg, len(mesh.local_devices))
+            budget_line = cpu_budget_line(len(mesh.local_devices)) if budget is not None else None
     batch = abstract_batch(cfg, mesh, 1 + spec.num_rejects if spec.slotted else None)
 
     def offloaded_layers(candidate):  # a candidate's "@N", else the configured value
@@ -498,11 +509,16 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
     state, _ = abstract_state(cfg, codec_for(mcfg), tx, mesh, key)
     state_device, state_host, _ = state_placement(cfg, state)
     bound = lower_bound(state, batch, mcfg, cfg.model.remat, cfg.grad_accum, mesh.size, state_device)
-    refuse_early(bound, budget, cfg.model.remat, hints)
-    with xla_log.counted(log, xla_lines):
-        chosen, compiled, programs, tried = choose_with_partial_offload(
-            compile_for, candidates, budget, host, hints, auto=cfg.model.remat == "auto",
-            num_layers=mcfg.num_layers, state_host=state_host)
+    try:
+        refuse_early(bound, budget, cfg.model.remat, hints)
+        with xla_log.counted(log, xla_lines):
+            chosen, compiled, programs, tried = choose_with_partial_offload(
+                compile_for, candidates, budget, host, hints, auto=cfg.model.remat == "auto",
+                num_layers=mcfg.num_layers, state_host=state_host)
+    except MemoryPlanError as err:
+        if budget_line is None:
+            raise
+        raise err.with_line(budget_line) from None
     remat, chunk = parse_candidate(chosen, mcfg.mlp_chunk_tokens)
     return StepPlan(remat, compiled, programs, tried, chunk, mesh.devices.flat[0].device_kind, bound,
                     offloaded_layers(chosen))
