@@ -35,6 +35,41 @@ def parse_mesh(text: str | None) -> dict[str, int] | None:
     return mesh
 
 
+def parse_replicas(text: str) -> str:
+    if text == "auto" or (text.isdigit() and int(text) >= 1):
+        return text
+    raise argparse.ArgumentTypeError(f"--replicas: expected auto or a count >= 1, got {text!r}")
+
+
+def replica_argv(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """``(save_dir, samples_file) -> argv`` of a replica process: this run's flags as parsed (defaults left
+    out), its own save path and share, one process, no progress bar, and no verdict check (the merged run
+    checks)."""
+    own = {"save_path", "replicas", "only_samples", "no_progress", "allow_no_verdicts", "overwrite", "resume",
+           "help"}
+    common: list[str] = []
+    for action in parser._actions:  # noqa: SLF001 - argparse's public way to list them is this attribute
+        value = getattr(args, action.dest, None)
+        if not action.option_strings or action.dest in own or value is None or value == action.default:
+            continue
+        flag = action.option_strings[-1] if action.option_strings[-1].startswith("--") else action.option_strings[0]
+        if isinstance(action, argparse._StoreTrueAction):  # noqa: SLF001
+            common.append(flag)
+        elif isinstance(value, dict):  # --mesh
+            common += [flag, ",".join(f"{k}={v}" for k, v in value.items())]
+        elif isinstance(value, (list, tuple)):
+            common += [flag, *map(str, value)]
+        else:
+            common += [flag, str(value)]
+    again = ["--resume"] if args.resume else ["--overwrite"]  # the parent checked the save path already
+
+    def argv(save_dir: str, samples_file: str) -> list[str]:
+        return [*common, *again, "--save-path", save_dir, "--only-samples", samples_file, "--replicas", "1",
+                "--no-progress", "--allow-no-verdicts"]
+
+    return argv
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m longrm_jax.evaluate",
@@ -110,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="device mesh, e.g. data=1,fsdp=8 or fsdp=2,seq=4 (seq > 1: ring attention over "
                              "the sequence). Default: one device; with --compile-only, fsdp over every chip of "
                              "the topology")
+    parser.add_argument("--replicas", default="auto", type=parse_replicas, metavar="auto|N",
+                        help="one evaluation process per GPU, each judging a share of the samples (shared out by "
+                             "predicted cost) with the weights replicated, the results merged as one run's. auto "
+                             "(default): one per visible GPU when there are several, no --mesh is given and the "
+                             "weights leave room for a cache on one GPU; 1: one process; N: the first N GPUs (on a "
+                             "host without GPUs, N CPU processes). Logs under SAVE_PATH/replicas/rI/")
+    parser.add_argument("--only-samples", default=None, metavar="FILE", help=argparse.SUPPRESS)  # a replica's share
     parser.add_argument("--simulate-judgement-lengths", action="store_true",
                         help="benchmarking random-weight models only: end each judgement after a deterministic "
                              "per-prompt number of tokens drawn like real judgement lengths (a random model "
@@ -298,10 +340,11 @@ def _evaluate(argv: Sequence[str]) -> int:
         max_length=None if args.no_truncate else args.max_length, seed=args.seed, dtype=args.dtype,
         limit=args.limit, share_prompt=args.share_prompt, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress and sys.stderr.isatty(),
         task_types=args.task_types, longform_protocol=args.longform_protocol, chat_template=args.chat_template,
-        longform_max_new_tokens=args.max_new_tokens,
+        longform_max_new_tokens=args.max_new_tokens, replicas=args.replicas,
+        only_samples=_read_share(args.only_samples),
     )
     try:
-        summary = run_evaluation(cfg)
+        summary = run_evaluation(cfg, replica_argv(parser, args))
     except USER_ERRORS as error:  # bad data / model dir: one clear line, no traceback
         if args.debug:
             raise
@@ -317,6 +360,16 @@ def _evaluate(argv: Sequence[str]) -> int:
             print(line)
     print(f"outputs written to {cfg.resolved_save_path()}")
     return NO_VERDICT_EXIT if not args.allow_no_verdicts and no_verdict_parsed(summary) else 0
+
+
+def _read_share(path: str | None) -> list[str] | None:
+    """A replica's share: the ``file:row`` places of its samples (evaluation.replicas writes the file)."""
+    if path is None:
+        return None
+    import json
+
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
 
 
 # Exit status of a GRM evaluation none of whose judgements held a verdict: its results measure nothing (every

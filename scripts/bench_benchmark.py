@@ -312,7 +312,8 @@ def build_report(args, results: dict, samples: int, lengths: list[int]) -> tuple
         peer_rate = samples * 3600 / peer["wall_s"] if peer else None
         ratio = f"{ours_rate / peer_rate:.2f}x" if ours_rate and peer_rate else "-"
         if ours:
-            lines.append(f"| ours | {_fmt(ours.get('load_s'))} | {_fmt(ours.get('compile_s'))} | "
+            side = f"ours, {ours['replicas']} replicas" if ours.get("replicas") else "ours"  # one process per GPU
+            lines.append(f"| {side} | {_fmt(ours.get('load_s'))} | {_fmt(ours.get('compile_s'))} | "
                          f"{_fmt(ours.get('prefill_s'))} | {_fmt(ours.get('decode_s'))} | "
                          f"{_fmt(ours.get('judging_s'))} | {_fmt(ours.get('aggregation_s'), 2)} | "
                          f"{_fmt(ours['wall_s'])} | {_fmt(ours_rate)} | {ratio} |")

@@ -60,7 +60,7 @@ class SavePathInUseError(FileExistsError):
 # Errors caused by the user's inputs (reported as one line by the CLI).
 USER_ERRORS = (BenchDataError, DataError, ModelDirError, CheckpointError, SavePathInUseError)
 # What an evaluation writes into --save-path (besides {Task}.jsonl): their presence marks earlier results.
-RESULT_NAMES = ("results.json", "results.csv", "predictions.jsonl", "timings.json", "partial")
+RESULT_NAMES = ("results.json", "results.csv", "predictions.jsonl", "timings.json", "partial", "replicas")
 
 
 @dataclasses.dataclass
@@ -84,6 +84,8 @@ class EvalConfig:
     simulate_judgement_lengths: bool = False  # benchmarks: per-prompt budgets (evaluation.simulated_lengths)
     queue: str = "run"  # GRM: one generation queue for the run's task files ("run") or one per file ("per-task")
     mesh: dict[str, int] | None = None
+    replicas: str = "auto"  # one process per GPU, each on a share of the samples (evaluation.replicas)
+    only_samples: Sequence[str] | None = None  # a replica's share: EvalSample.where of the samples to judge
     max_length: int | None = UPSTREAM_MAX_LENGTH  # None: no truncation
     seed: int = DEFAULT_SEED
     dtype: str = "auto"  # "auto": DisRM the checkpoint's dtype, GRM bfloat16 (resolve_dtype)
@@ -130,6 +132,9 @@ def load_samples(cfg: EvalConfig) -> list[EvalSample]:
         if cfg.task_types:  # Long-form records have no task type and are kept
             samples = [s for s in samples if s.benchmark == LONG_FORM or s.tasktype in cfg.task_types]
         out.extend(samples if cfg.limit is None else samples[: max(cfg.limit, 0)])
+    if cfg.only_samples is not None:  # a replica's share (evaluation.replicas)
+        wanted = set(cfg.only_samples)
+        out = [s for s in out if s.where in wanted]
     if not out:
         raise BenchDataError(f"{cfg.data_path}: no sample left to evaluate (--task-types {cfg.task_types})")
     return out
@@ -463,9 +468,58 @@ def _by_file(samples: list[EvalSample]) -> list[tuple[str, list[EvalSample]]]:
     return list(groups.items())
 
 
-def run_evaluation(cfg: EvalConfig) -> dict:
-    """Evaluate ``cfg.model_path`` on ``cfg.data_path``; returns the summary written to ``results.json``."""
+def run_evaluation(cfg: EvalConfig, replica_argv=None) -> dict:
+    """Evaluate ``cfg.model_path`` on ``cfg.data_path``; returns the summary written to ``results.json``.
+    ``replica_argv(save_dir, samples_file)``: the command-line arguments of a replica process (the CLI gives
+    it); with it, ``cfg.replicas`` may share the samples out to one process per GPU (evaluation.replicas)."""
     started = time.time()
+    samples, grm_tokenizer, disrm_tokenizer = prepare_run(cfg)
+    if replica_argv is not None:
+        devices = _replica_devices(cfg)
+        if devices:
+            return _run_on_replicas(cfg, samples, devices, replica_argv, started)
+    predictions = judge_samples(cfg, samples, grm_tokenizer, disrm_tokenizer)
+    return finish_run(cfg, samples, predictions, started)
+
+
+def _replica_devices(cfg: EvalConfig) -> list[str]:
+    """The devices of a replicated run (evaluation.replicas.plan_replicas), [] for one program."""
+    from longrm_jax.evaluation import replicas
+    from longrm_jax.hf.load import read_hf_config
+    from longrm_jax.models.config import from_hf_config
+
+    config = from_hf_config(read_hf_config(cfg.model_path))
+    devices, reason = replicas.plan_replicas(str(cfg.replicas), cfg.mesh, config, cfg.dtype)
+    logger.info("replicas: %s", reason)
+    return devices
+
+
+def _run_on_replicas(cfg: EvalConfig, samples: list[EvalSample], devices: list[str], replica_argv,
+                     started: float) -> dict:
+    """Judge ``samples`` in one process per device, then merge and write the outputs as one run."""
+    from longrm_jax.evaluation import replicas
+    from longrm_jax.hf.load import read_hf_config
+    from longrm_jax.models.config import from_hf_config
+    from longrm_jax.ops import slow_paths
+
+    config = from_hf_config(read_hf_config(cfg.model_path))
+    costs = [replicas.sample_cost(s, config, is_disrm=cfg.is_disrm, both_orders=cfg.both_orders,
+                                  max_new_tokens=cfg.max_new_tokens, share_prompt=cfg.share_prompt) for s in samples]
+    shares = [[samples[i] for i in share] for share in replicas.share_out(costs, len(devices))]
+    shares, devices = zip(*[(share, d) for share, d in zip(shares, devices) if share])  # fewer samples than GPUs
+    save = cfg.resolved_save_path()
+    begin = time.time()
+    replicas.run_replicas(save, list(shares), list(devices), replica_argv, progress=cfg.progress)
+    predictions = replicas.merged_predictions(save, samples, len(shares))
+    cfg.timings.update(replicas.merged_timings(save, len(shares)))
+    cfg.timings["judging_wall_s"] = time.time() - begin  # processes started, run and merged
+    slow_paths.add_counts(replicas.merged_slow_paths(save, len(shares)))
+    return finish_run(cfg, samples, predictions, started, device_kind=cfg.timings.get("device"))
+
+
+def prepare_run(cfg: EvalConfig):
+    """Check the run's settings and inputs, load the tokenizers and the samples: (samples, GRM tokenizer,
+    DisRM tokenizer). Touches no device."""
     data_dir = cfg.data_path if os.path.isdir(cfg.data_path) else os.path.dirname(cfg.data_path)
     if os.path.realpath(cfg.resolved_save_path()) == os.path.realpath(data_dir):
         raise BenchDataError(f"{cfg.resolved_save_path()}: --save-path must differ from the data directory "
@@ -484,6 +538,11 @@ def run_evaluation(cfg: EvalConfig) -> dict:
     disrm_tokenizer, grm_tokenizer = load_chat_tokenizers(cfg.model_path, cfg.chat_template)
     samples = load_samples(cfg)
     logger.info("%d samples from %s", len(samples), cfg.data_path)
+    return samples, grm_tokenizer, disrm_tokenizer
+
+
+def judge_samples(cfg: EvalConfig, samples: list[EvalSample], grm_tokenizer, disrm_tokenizer) -> list[dict]:
+    """Every sample's prediction, in ``samples``' order (task files finished earlier reused under --resume)."""
     partial = PartialResults(os.path.join(cfg.resolved_save_path(), "partial"), result_settings(cfg))
     mesh = model = None
     by_file: dict[str, list[dict]] = {}
@@ -519,7 +578,12 @@ def run_evaluation(cfg: EvalConfig) -> dict:
         begin = time.time()
         by_file.update(judge_grm_files(cfg, queued, model, grm_tokenizer, mesh, partial))
         add_timings(cfg, {"judging_s": time.time() - begin})
-    predictions = [p for path, _ in _by_file(samples) for p in by_file[path]]
+    return [p for path, _ in _by_file(samples) for p in by_file[path]]
+
+
+def finish_run(cfg: EvalConfig, samples: list[EvalSample], predictions: list[dict], started: float,
+               device_kind: str | None = None) -> dict:
+    """Summarise ``predictions`` and write every output; returns the summary."""
     # results.csv lists the evaluated tasks in evaluation order (upstream: its task list, default all 7).
     begin = time.time()
     tasks = list(dict.fromkeys(s.task for s in samples if s.benchmark != LONG_FORM))
@@ -534,7 +598,7 @@ def run_evaluation(cfg: EvalConfig) -> dict:
     write_outputs(cfg.resolved_save_path(), predictions, summary, settings)
     cfg.timings["aggregation_s"] = time.time() - begin
     cfg.timings["total_s"] = time.time() - started
-    cfg.timings["device"] = jax.devices()[0].device_kind  # which device these seconds are of
+    cfg.timings["device"] = device_kind or jax.devices()[0].device_kind  # which device these seconds are of
     with open(os.path.join(cfg.resolved_save_path(), "timings.json"), "w") as handle:
         json.dump(cfg.timings, handle, indent=2)
     return summary

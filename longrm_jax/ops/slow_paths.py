@@ -67,6 +67,13 @@ def counts() -> dict[str, int]:
         return dict(_counts)
 
 
+def add_counts(taken: dict[str, int]) -> None:
+    """Count slow paths taken elsewhere (another process of the same run, e.g. an evaluation replica)."""
+    with _lock:
+        for key, n in taken.items():
+            _counts[key] = _counts.get(key, 0) + n
+
+
 def summary_line() -> str | None:
     """One line for a run's summary, or None when no slow path was taken."""
     taken = counts()

@@ -1,0 +1,309 @@
+"""One evaluation queue per GPU: the samples shared out by predicted cost, each share judged by a process of its
+own on one GPU (weights replicated, the GRM's continuous batching intact), the predictions merged in the data's
+order.
+
+Why processes and not one program over a mesh: a judge's continuous batching is a host loop that admits and
+retires rows between decode chunks; one loop per GPU keeps each GPU busy without the others' host work in its
+way, and each process's JAX sees only its own GPU, so nothing (weights, caches, compiles) is shared by accident.
+A replica is ``python -m longrm_jax.evaluate`` itself on its share (``--only-samples``), writing its outputs into
+``{save_path}/replicas/r{i}/``: its own ``partial/`` journals make ``--resume`` work per replica, and the split
+is a pure function of the samples and the replica count, so a resumed run hands each replica the same share.
+
+Each sample's per-row computation does not depend on which rows share its batch, so the merged predictions are
+the one-device run's (tests/test_evaluation_replicas.py compares them on the CPU).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from longrm_jax.evaluation.estimate import DEVICES, prefill_flops
+from longrm_jax.evaluation.samples import EvalSample
+from longrm_jax.evaluation.slot_plan import kv_bytes_per_column
+
+logger = logging.getLogger(__name__)
+
+REPLICA_DIR = "replicas"
+# Characters per token of the cost estimate (English text with a BPE vocabulary of ~150K: ~4; code and CJK
+# text less). It only weighs samples against each other, so a uniform error cancels.
+CHARS_PER_TOKEN = 3.5
+# Rows decoding together in the estimate's decode step (a replica's slot pool fills to tens of rows): the weight
+# read of a step is shared by them.
+DECODE_ROWS = 16
+# A replica needs room beside its weights for the KV cache and activations: replicate only where the weights
+# take at most this share of one device's memory; otherwise the run stays one program over the mesh.
+MAX_WEIGHT_SHARE = 0.6
+
+
+class ReplicaFailed(RuntimeError):
+    """A replica process exited with an error; ``exit_code`` is its status (2: input refused, 4: does not fit)."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code if exit_code in (2, 3, 4) else 1
+
+
+# ------------------------------------------------------------------------------------------------ devices
+def local_gpu_ids(environ=None) -> list[str]:
+    """The GPUs this process's JAX would use, found without starting a backend: CUDA_VISIBLE_DEVICES's entries
+    when set, else the host's /dev/nvidiaN nodes; none when JAX_PLATFORMS names no GPU platform."""
+    environ = os.environ if environ is None else environ
+    platforms = environ.get("JAX_PLATFORMS", "").lower()
+    if platforms and not any(name in platforms for name in ("cuda", "gpu")):
+        return []
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+    try:
+        nodes = os.listdir("/dev")
+    except OSError:
+        return []
+    return sorted((m.group(1) for m in map(re.compile(r"nvidia(\d+)$").match, nodes) if m), key=int)
+
+
+def gpu_memory_bytes(gpu_id: str) -> int | None:
+    """Total memory of GPU ``gpu_id`` from nvidia-smi (None where it cannot say)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i",
+                              gpu_id], capture_output=True, text=True, timeout=30, check=True).stdout
+        return int(float(out.strip().splitlines()[0])) << 20
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def weight_bytes(config, dtype: str) -> int:
+    """Bytes of the decoder's weights in the compute dtype (embeddings included)."""
+    from longrm_jax.models.config import decoder_matmul_params
+
+    embeddings = config.vocab_size * config.hidden_size * (1 if config.tie_word_embeddings else 2)
+    return (decoder_matmul_params(config) + embeddings) * (4 if dtype == "float32" else 2)
+
+
+def plan_replicas(requested: str, mesh: dict | None, config, dtype: str, environ=None) -> tuple[list[str], str]:
+    """(the devices to run one replica each on, why): ``requested`` is ``--replicas`` (``auto`` or a count).
+    ``auto``: one per local GPU when there are several, no ``--mesh`` is given and the weights leave room for a
+    cache on one GPU; otherwise none (an empty list: one program as before). A count runs that many: on GPUs
+    the first ones, on a host without GPUs that many CPU processes (tests, or a many-core host)."""
+    gpus = local_gpu_ids(environ)
+    if requested == "auto":
+        if mesh:
+            return [], "--mesh given: one program over the mesh"
+        if len(gpus) < 2:
+            return [], f"{len(gpus)} GPU(s) visible"
+        memory = gpu_memory_bytes(gpus[0])
+        needed = weight_bytes(config, dtype)
+        if memory is not None and needed > MAX_WEIGHT_SHARE * memory:
+            return [], (f"weights of {needed / 2**30:.1f} GiB leave too little of one GPU's {memory / 2**30:.1f} "
+                        "GiB for a cache: one program over all GPUs (--mesh) instead")
+        return gpus, f"one replica per GPU ({len(gpus)}), weights replicated"
+    count = int(requested)
+    if count <= 1:
+        return [], "--replicas 1"
+    if gpus:
+        if count > len(gpus):
+            raise ValueError(f"--replicas {count}: only {len(gpus)} GPU(s) visible ({','.join(gpus)})")
+        return gpus[:count], f"--replicas {count}: one per GPU"
+    return ["cpu"] * count, f"--replicas {count}: {count} CPU processes (no GPU visible)"
+
+
+# ------------------------------------------------------------------------------------------------ shares
+def sample_tokens(sample: EvalSample) -> tuple[float, float]:
+    """(prompt tokens, answer tokens) of ``sample``, estimated from characters (no tokenizer needed)."""
+    prompt = sum(len(str(m.get("content", ""))) for m in sample.prompt_messages())
+    answers = sum(len(a) for a in sample.answers)
+    return prompt / CHARS_PER_TOKEN, answers / CHARS_PER_TOKEN
+
+
+def sample_cost(sample: EvalSample, config, *, is_disrm: bool, both_orders: bool, max_new_tokens: int,
+                share_prompt: bool = False) -> float:
+    """Predicted seconds of judging ``sample`` (priced at the first known device's rates: only the ratios between
+    samples matter). A GRM judgement is a prefill of prompt + answers and ``max_new_tokens`` decode steps that
+    share the weight read with ``DECODE_ROWS`` rows and read the row's cache; a DisRM scores each answer after
+    the prompt (the prompt once with ``share_prompt``)."""
+    rates = DEVICES[0]
+    flops_rate = rates.peak_flops * rates.prefill_mfu
+    prompt, answers = sample_tokens(sample)
+    n = max(1, len(sample.answers))
+    if is_disrm:
+        if share_prompt:
+            return (prefill_flops(config, int(prompt)) + n * prefill_flops(config, int(answers / n))) / flops_rate
+        return n * prefill_flops(config, int(prompt + answers / n)) / flops_rate
+    length = prompt + answers
+    prefill = prefill_flops(config, int(length)) / flops_rate
+    step = (weight_bytes(config, "bfloat16") / DECODE_ROWS + length * kv_bytes_per_column(config)) / (
+        rates.bandwidth * rates.decode_efficiency)
+    return (2 if both_orders else 1) * (prefill + max_new_tokens * step)
+
+
+def share_out(costs: Sequence[float], replicas: int) -> list[list[int]]:
+    """Sample indices per replica: the costliest first, each to the replica with the least cost so far (longest
+    processing time first); each share keeps the data's order."""
+    loads = [(0.0, r) for r in range(replicas)]
+    shares: list[list[int]] = [[] for _ in range(replicas)]
+    for index in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        load, r = heapq.heappop(loads)
+        shares[r].append(index)
+        heapq.heappush(loads, (load + costs[index], r))
+    return [sorted(share) for share in shares]
+
+
+# ------------------------------------------------------------------------------------------------ processes
+def replica_dir(save_path: str, index: int) -> str:
+    return os.path.join(save_path, REPLICA_DIR, f"r{index}")
+
+
+def _done_samples(directory: str) -> int:
+    """Samples a replica has finished: lines of its finished task files and of its journals (headers off)."""
+    partial = os.path.join(directory, "partial")
+    done = 0
+    try:
+        names = os.listdir(partial)
+    except OSError:
+        return 0
+    for name in names:
+        if name.endswith(".jsonl") and not name.endswith(".tmp"):
+            try:
+                with open(os.path.join(partial, name), "rb") as handle:
+                    done += max(0, sum(1 for _ in handle) - 1)
+            except OSError:
+                pass
+    return done
+
+
+def _last_error(path: str) -> str:
+    """The last ``error:`` line of a replica's log (its CLI's one-line error), else its last line."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = [line.strip() for line in handle if line.strip()]
+    except OSError:
+        return "(no log)"
+    errors = [line for line in lines if line.startswith("error:")]
+    return (errors or lines or ["(empty log)"])[-1]
+
+
+def _start(index: int, device: str, argv: list[str], log_path: str) -> subprocess.Popen:
+    env = dict(os.environ)
+    if device != "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = device  # the replica's JAX sees (and allocates on) this GPU alone
+    log = open(log_path, "w", encoding="utf-8")
+    try:
+        return subprocess.Popen([sys.executable, "-m", "longrm_jax.evaluate", *argv], stdout=log,
+                                stderr=subprocess.STDOUT, env=env)
+    finally:
+        log.close()  # the child holds its own descriptor
+
+
+def _stop_all(procs: list[subprocess.Popen], sig: int) -> None:
+    """Send ``sig`` to every running replica and wait for them (a judge journals what it finished on SIGINT)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(sig)
+    deadline = time.time() + 120
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def run_replicas(save_path: str, shares: list[list[EvalSample]], devices: list[str],
+                 child_argv: Callable[[str, str], list[str]], progress: bool = True) -> None:
+    """Start one replica per share (``child_argv(save_dir, samples_file)``: its command-line arguments) on its
+    device, show their joint progress and wait for all; the first failure stops the others and raises
+    :class:`ReplicaFailed` with its log's error line. Ctrl-C (or SIGTERM) is passed on, so each replica journals what
+    it finished for ``--resume``."""
+    from tqdm.auto import tqdm
+
+    procs, logs = [], []
+    for index, (share, device) in enumerate(zip(shares, devices)):
+        directory = replica_dir(save_path, index)
+        os.makedirs(directory, exist_ok=True)
+        samples_file = os.path.join(directory, "samples.json")
+        with open(samples_file, "w", encoding="utf-8") as handle:
+            json.dump([s.where for s in share], handle)
+        logs.append(os.path.join(directory, "evaluate.log"))
+        procs.append(_start(index, device, child_argv(directory, samples_file), logs[-1]))
+        logger.info("replica %d on %s: %d samples, log %s", index, "the CPU" if device == "cpu" else f"GPU {device}",
+                    len(share), logs[-1])
+    previous = signal.signal(signal.SIGTERM, lambda *_: (_stop_all(procs, signal.SIGTERM), sys.exit(143)))
+    total = sum(len(share) for share in shares)
+    try:
+        with tqdm(total=total, desc="judging", unit="sample", disable=not progress) as bar:
+            while any(proc.poll() is None for proc in procs):
+                failed = [i for i, proc in enumerate(procs) if proc.returncode not in (None, 0)]
+                if failed:
+                    break
+                bar.update(sum(_done_samples(replica_dir(save_path, i)) for i in range(len(procs))) - bar.n)
+                time.sleep(1.0)
+            bar.update(total - bar.n if all(proc.returncode == 0 for proc in procs) else 0)
+    except KeyboardInterrupt:
+        _stop_all(procs, signal.SIGINT)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    failed = [i for i, proc in enumerate(procs) if proc.returncode not in (None, 0)]
+    if failed:
+        _stop_all(procs, signal.SIGINT)
+        i = failed[0]
+        raise ReplicaFailed(f"replica {i} (of {len(procs)}) exited with status {procs[i].returncode} ({logs[i]}): "
+                            f"{_last_error(logs[i]).removeprefix('error: ')}", procs[i].returncode)
+
+
+def merged_predictions(save_path: str, samples: list[EvalSample], replicas: int) -> list[dict]:
+    """Every replica's ``predictions.jsonl``, in ``samples``' order (each sample's prediction by file and row)."""
+    by_place: dict[tuple[str, int], dict] = {}
+    for index in range(replicas):
+        path = os.path.join(replica_dir(save_path, index), "predictions.jsonl")
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    record = json.loads(line)
+                    by_place[(record["file"], record["row"])] = record
+    missing = [s.where for s in samples if (s.file, s.row) not in by_place]
+    if missing:
+        raise ReplicaFailed(f"the replicas returned no prediction for {len(missing)} samples (first: "
+                            f"{missing[0]})", 1)
+    return [by_place[(s.file, s.row)] for s in samples]
+
+
+def merged_timings(save_path: str, replicas: int) -> dict:
+    """The replicas' ``timings.json`` as one: phases ran side by side, so seconds are the slowest replica's;
+    token and call counts add up; the rest is replica 0's. ``per_replica`` keeps each one."""
+    each = []
+    for index in range(replicas):
+        with open(os.path.join(replica_dir(save_path, index), "timings.json"), encoding="utf-8") as handle:
+            each.append(json.load(handle))
+    merged: dict = {}
+    for timings in each:
+        for key, value in timings.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                merged.setdefault(key, value)
+            elif key.endswith("_s") or key.startswith("max_"):
+                merged[key] = max(merged.get(key, value), value)
+            else:
+                merged[key] = merged.get(key, 0) + value
+    merged["replicas"] = replicas
+    merged["per_replica"] = each
+    return merged
+
+
+def merged_slow_paths(save_path: str, replicas: int) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for index in range(replicas):
+        try:
+            with open(os.path.join(replica_dir(save_path, index), "results.json"), encoding="utf-8") as handle:
+                taken = json.load(handle).get("slow_paths") or {}
+        except (OSError, ValueError):
+            continue
+        for key, n in taken.items():
+            counts[key] = counts.get(key, 0) + n
+    return counts
