@@ -170,7 +170,54 @@ def load_pretrained(
     if dtype is not None or "dtype" not in overrides:
         cfg = cfg.replace(dtype=jnp.dtype(dtype or cfg.param_dtype).name)
     tensors = weight_files(path)
+    if cfg.family == "gemma3":
+        tensors = language_model_tensors(tensors, path)
     return load_weights(cfg, tensors, mesh=mesh, rules=rules, seed=seed, source=path)
+
+
+# Where multimodal Gemma 3 checkpoints keep the language model: transformers 4.50+ writes (and 5.x still writes)
+# language_model.model.*, the 4.52-5.x module tree is model.language_model.*.
+_LANGUAGE_MODEL_PREFIXES = ("language_model.model.", "model.language_model.")
+_VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+
+
+class _RenamedTensor:
+    """One tensor of a safetensors file, read under another name (the text model's)."""
+
+    def __init__(self, file: SafetensorsFile, name: str):
+        self._file, self._name = file, name
+        self.path = file.path
+
+    def read(self, _name, index=None):
+        return self._file.read(self._name, index)
+
+    def shape(self, _name):
+        return self._file.shape(self._name)
+
+    def dtype(self, _name):
+        return self._file.dtype(self._name)
+
+
+def language_model_tensors(tensors: Mapping[str, SafetensorsFile], source: str) -> dict:
+    """A multimodal Gemma 3 checkpoint's language model under the text model's names (``model.*``,
+    ``lm_head.weight``), its vision tower and projector skipped with one log line; other checkpoints as they
+    are."""
+    prefix = next((p for p in _LANGUAGE_MODEL_PREFIXES if any(n.startswith(p) for n in tensors)), None)
+    if prefix is None:
+        return dict(tensors)
+    out, skipped = {}, 0
+    for name, file in tensors.items():
+        if name.startswith(prefix):
+            out["model." + name[len(prefix):]] = _RenamedTensor(file, name)
+        elif name == "language_model.lm_head.weight":
+            out["lm_head.weight"] = _RenamedTensor(file, name)
+        elif name.startswith(_VISION_PREFIXES):
+            skipped += 1
+        else:  # score.weight, lm_head.weight
+            out[name] = file
+    log.info("%s: multimodal Gemma 3 checkpoint: loading its language model (%s*); vision tower and projector "
+             "skipped (%d tensors)", source, prefix, skipped)
+    return out
 
 
 def load_weights(cfg: ModelConfig, tensors: Mapping[str, SafetensorsFile], *, mesh=None, rules=None, seed=0,

@@ -42,6 +42,13 @@ _LAYER_TABLE = {
     "up_bias": ("mlp.up_proj.bias", "copy", 0),
     "down_bias": ("mlp.down_proj.bias", "copy", 0),
 }
+# Gemma 3 names its four norms by position: ``post_attention_layernorm`` is the attention output's norm there,
+# where Llama's is the MLP input's (our mlp_norm).
+_GEMMA3_NORMS = {
+    "mlp_norm": ("pre_feedforward_layernorm.weight", "copy", 0),
+    "post_attn_norm": ("post_attention_layernorm.weight", "copy", 0),
+    "post_mlp_norm": ("post_feedforward_layernorm.weight", "copy", 0),
+}
 # our top-level path -> (HF name, kind, in_axes)
 _TOP_TABLE = {
     ("model", "embed"): ("model.embed_tokens.weight", "copy", 0),
@@ -74,9 +81,10 @@ class WeightRule:
 def weight_rules(paths: list[tuple[str, ...]], cfg: ModelConfig) -> list[WeightRule]:
     """A rule for every one of our parameter paths (as produced by ``nnx.to_flat_state``)."""
     rules = []
+    table = _LAYER_TABLE | (_GEMMA3_NORMS if cfg.family == "gemma3" else {})
     for path in paths:
         if len(path) == 3 and path[:2] == ("model", "layers"):
-            hf_suffix, kind, in_axes = _LAYER_TABLE[path[2]]
+            hf_suffix, kind, in_axes = table[path[2]]
             names = tuple(f"model.layers.{i}.{hf_suffix}" for i in range(cfg.num_layers))
             rules.append(WeightRule(path, names, kind, in_axes, True))
         elif path in _TOP_TABLE:

@@ -52,11 +52,15 @@ class KVCache:
             segment_ids=jax.lax.dynamic_update_slice(self.segment_ids, segment_ids_bt.astype(jnp.int32), start),
         )
 
-    def attention_mask(self, positions_bt: jax.Array, segment_ids_bt: jax.Array, num_new: int) -> jax.Array:
-        """[B, T, S] mask for T new queries, after ``write_meta`` for them."""
+    def attention_mask(self, positions_bt: jax.Array, segment_ids_bt: jax.Array, num_new: int,
+                       window: int | None = None) -> jax.Array:
+        """[B, T, S] mask for T new queries, after ``write_meta`` for them; ``window``: a sliding-window layer's,
+        which also hides slots ``window`` or more positions behind the query (HF: i - W < j <= i)."""
         del num_new  # kept for callers; written slots are told apart by their nonzero segment ids
         cached = self.segment_ids[:, None, :]
         same_segment = (segment_ids_bt[:, :, None] == cached) & (cached != 0)
         not_future = self.positions[:, None, :] <= positions_bt[:, :, None]
+        if window is not None:
+            not_future = not_future & (self.positions[:, None, :] > positions_bt[:, :, None] - window)
         return same_segment & not_future
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from longrm_jax.models.gemma3_config import gemma3_fields, gemma3_hf_config, text_base
+
 # HF architecture name -> (family, head kind).
 SUPPORTED_ARCHITECTURES: dict[str, tuple[str, str]] = {
     "LlamaForCausalLM": ("llama", "causal_lm"),
@@ -27,11 +29,20 @@ SUPPORTED_ARCHITECTURES: dict[str, tuple[str, str]] = {
     "Qwen2ForSequenceClassification": ("qwen2", "classifier"),
     "MistralForCausalLM": ("mistral", "causal_lm"),
     "MistralForSequenceClassification": ("mistral", "classifier"),
+    # Gemma 3: the text decoder (1B), the language model of the multimodal checkpoints (4B-27B; vision tower
+    # skipped), and the score heads transformers puts on either.
+    "Gemma3ForCausalLM": ("gemma3", "causal_lm"),
+    "Gemma3ForConditionalGeneration": ("gemma3", "causal_lm"),
+    "Gemma3TextForSequenceClassification": ("gemma3", "classifier"),
+    "Gemma3ForSequenceClassification": ("gemma3", "classifier"),
 }
-FAMILY_CLASS_PREFIX = {"llama": "Llama", "qwen3": "Qwen3", "qwen2": "Qwen2", "mistral": "Mistral"}
+FAMILY_CLASS_PREFIX = {"llama": "Llama", "qwen3": "Qwen3", "qwen2": "Qwen2", "mistral": "Mistral",
+                       "gemma3": "Gemma3"}
 # MistralConfig's default window, which transformers applies when config.json has no 'sliding_window' key.
 MISTRAL_DEFAULT_SLIDING_WINDOW = 4096
 HEAD_CLASS_SUFFIX = {"causal_lm": "ForCausalLM", "classifier": "ForSequenceClassification"}
+LAYER_TYPES = ("full_attention", "sliding_attention")
+HIDDEN_ACTS = ("silu", "gelu_pytorch_tanh")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 DECODE_ATTENTION_IMPLS = ("xla", "pallas", "pallas_interpret")
 REMAT_POLICIES = ("none", "full", "dots_saveable", "save_attention_out", "offload_layer_inputs",
@@ -71,6 +82,21 @@ class ModelConfig:
     attention_bias: bool = False  # Llama's flag: biases on q, k, v and o
     qkv_bias: bool = False  # Qwen2: biases on q, k and v only (o_proj has none)
     mlp_bias: bool = False
+    # Sliding-window attention: layers of type "sliding_attention" in ``layer_types`` (one per layer; () = all
+    # full) see only the ``sliding_window`` latest keys up to themselves (HF: i - W < j <= i).
+    sliding_window: int | None = None
+    layer_types: tuple = ()
+    # RoPE theta of the sliding layers (default RoPE; Gemma 3's rope_local_base_freq). None: the global RoPE.
+    local_rope_theta: float | None = None
+    # Gemma 3 (models.layers): the MLP's activation; RMSNorm scaling by (1 + weight) in fp32 before the cast;
+    # norms on the attention and MLP outputs too (four per layer); embeddings times sqrt(hidden) in the compute
+    # dtype; attention scale query_pre_attn_scalar ** -0.5 (None: head_dim ** -0.5); tanh softcap of the logits.
+    hidden_act: str = "silu"
+    norm_unit_offset: bool = False
+    sandwich_norms: bool = False
+    embed_scale: bool = False
+    query_pre_attn_scalar: float | None = None
+    final_logit_softcapping: float | None = None
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: Any = None  # int, tuple of ints, or None
@@ -113,6 +139,8 @@ class ModelConfig:
         object.__setattr__(self, "rope_scaling", tuple(scaling or ()))
         if isinstance(self.eos_token_id, list):
             object.__setattr__(self, "eos_token_id", tuple(self.eos_token_id))
+        object.__setattr__(self, "layer_types", tuple(self.layer_types or ()))
+        self._check_layer_types()
         object.__setattr__(self, "dtype", jnp.dtype(self.dtype).name)
         object.__setattr__(self, "param_dtype", jnp.dtype(self.param_dtype).name)
         if self.family not in FAMILY_CLASS_PREFIX:
@@ -134,9 +162,31 @@ class ModelConfig:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
 
+    def _check_layer_types(self):
+        if self.hidden_act not in HIDDEN_ACTS:
+            raise ValueError(f"unknown hidden_act {self.hidden_act!r}; supported: {list(HIDDEN_ACTS)}")
+        if not self.layer_types:
+            return
+        if len(self.layer_types) != self.num_layers or set(self.layer_types) - set(LAYER_TYPES):
+            raise ValueError(f"layer_types must hold one of {list(LAYER_TYPES)} per layer ({self.num_layers}), "
+                             f"got {list(self.layer_types)}")
+        if "sliding_attention" in self.layer_types and (self.sliding_window is None or self.sliding_window < 1):
+            raise ValueError(f"sliding_attention layers need sliding_window >= 1, got {self.sliding_window}")
+
     @property
     def has_qkv_bias(self) -> bool:
         return self.attention_bias or self.qkv_bias
+
+    @property
+    def local_layers(self) -> tuple[bool, ...]:
+        """Per layer: whether it attends through the sliding window."""
+        return tuple(t == "sliding_attention" for t in self.layer_types) or (False,) * self.num_layers
+
+    @property
+    def attention_scale(self) -> float | None:
+        """Gemma's query_pre_attn_scalar ** -0.5; None: the kernels' default head_dim ** -0.5."""
+        pre = self.query_pre_attn_scalar
+        return None if pre is None else float(pre) ** -0.5
 
     @property
     def rope_scaling_dict(self) -> dict[str, Any]:
@@ -152,6 +202,8 @@ class ModelConfig:
 
     @property
     def hf_architecture(self) -> str:
+        if self.family == "gemma3" and self.head == "classifier":
+            return "Gemma3TextForSequenceClassification"  # the text-only one (we export no vision tower)
         return FAMILY_CLASS_PREFIX[self.family] + HEAD_CLASS_SUFFIX[self.head]
 
     def replace(self, **changes) -> ModelConfig:
@@ -237,7 +289,7 @@ def from_hf_config(hf: Mapping[str, Any], *, head: str | None = None, **override
             )
         family, arch_head = SUPPORTED_ARCHITECTURES[arch]
     else:
-        model_type = hf.get("model_type")
+        model_type = {"gemma3_text": "gemma3"}.get(hf.get("model_type"), hf.get("model_type"))
         if model_type not in FAMILY_CLASS_PREFIX:
             raise ValueError(
                 f"config has no 'architectures' and unknown 'model_type' {model_type!r}; "
@@ -245,11 +297,16 @@ def from_hf_config(hf: Mapping[str, Any], *, head: str | None = None, **override
             )
         family, arch_head = model_type, "causal_lm"
     head = head or arch_head
-    act = hf.get("hidden_act", "silu")
-    if act != "silu":
-        raise ValueError(f"config key 'hidden_act' is {act!r}; only 'silu' is supported")
-    _check_no_sliding_window(hf, family)
-    rope_type, rope_theta, scaling = _rope_from_hf(hf)
+    if family == "gemma3":
+        hf, gemma = gemma3_fields(hf)
+        rope_type, rope_theta, scaling = _rope_from_hf(gemma.pop("global_rope"))
+    else:
+        act = hf.get("hidden_act", "silu")
+        if act != "silu":
+            raise ValueError(f"config key 'hidden_act' is {act!r}; only 'silu' is supported")
+        _check_no_sliding_window(hf, family)
+        rope_type, rope_theta, scaling = _rope_from_hf(hf)
+        gemma = {}
     num_heads = int(hf["num_attention_heads"])
     head_dim = hf.get("head_dim") or int(hf["hidden_size"]) // num_heads
     # HF semantics: id2label decides the label count; PretrainedConfig's default is 2.
@@ -283,6 +340,7 @@ def from_hf_config(hf: Mapping[str, Any], *, head: str | None = None, **override
         eos_token_id=tuple(eos) if isinstance(eos, list) else eos,
         initializer_range=float(hf.get("initializer_range", 0.02)),
     )
+    fields.update(gemma)
     dtype = hf.get("dtype") or hf.get("torch_dtype")
     if dtype and "param_dtype" not in overrides:
         fields["param_dtype"] = str(dtype)
@@ -297,7 +355,7 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str | None = None, base: Mapping[st
     stored weights' dtype (default ``cfg.param_dtype``).
     """
     dtype = jnp.dtype(dtype or cfg.param_dtype).name
-    out = dict(base or {})
+    out = dict((text_base(base) if cfg.family == "gemma3" else base) or {})
     for stale in ("rope_scaling", "rope_parameters", "rope_theta", "torch_dtype", "dtype", "id2label", "label2id"):
         out.pop(stale, None)
     scaling = cfg.rope_scaling_dict
@@ -333,6 +391,8 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str | None = None, base: Mapping[st
     )
     if cfg.family == "llama":
         out["mlp_bias"] = cfg.mlp_bias
+    elif cfg.family == "gemma3":
+        out = gemma3_hf_config(out, cfg)
     elif cfg.family == "mistral":
         out["sliding_window"] = None  # full attention on every layer (None, not absent: absent means 4096)
     else:  # Qwen2 / Qwen3: full attention on every layer

@@ -1,7 +1,10 @@
-"""One NNX decoder for the Llama-3.x and Qwen3 families, with causal-LM and sequence-classifier heads.
+"""One NNX decoder for the Llama-3.x, Qwen3, Qwen2, Mistral and Gemma 3 families, with causal-LM and
+sequence-classifier heads.
 
 Qwen3 differs from Llama only by ``cfg.qk_norm`` (per-head RMSNorm on q and k before RoPE) and an
-independent ``head_dim``; both are flags of the same code, not a second model.
+independent ``head_dim``, Qwen2 by q/k/v biases; Gemma 3 adds sliding-window layers with their own RoPE
+(``models.local_layers``), (1 + weight) norms, norms on the attention and MLP outputs, GeGLU, scaled
+embeddings and a tanh logit cap: all flags of the same code, not a second model.
 
 Layers are *stacked*: every per-layer weight is one array with a leading ``layers`` axis, and the layer body
 (:func:`longrm_jax.models.layers.layer_forward`) runs under ``jax.lax.scan``. XLA then traces and compiles
@@ -30,9 +33,9 @@ from longrm_jax.models.cache import KVCache
 from longrm_jax.models.config import ModelConfig
 from jax.ad_checkpoint import checkpoint_name
 
-from longrm_jax.models.layers import (LAYER_INPUT_NAME, constrain, device_twin, kernel_mask, layer_forward,
-                                      remat_policy, rms_norm, stacked_cache_attention)
-from longrm_jax.models.rope import rope_cos_sin, rope_parameters
+from longrm_jax.models.layers import (LAYER_INPUT_NAME, constrain, device_twin, kernel_mask, layer_forward, norm,
+                                      remat_policy, stacked_cache_attention)
+from longrm_jax.models.local_layers import by_kind, is_local, layer_rope, pick, rope_of
 from longrm_jax.ops import attention
 from longrm_jax.parallel.mesh import logical_to_spec
 from longrm_jax.parallel.placement import fit_spec
@@ -41,20 +44,24 @@ from longrm_jax.parallel.placement import fit_spec
 def layer_param_specs(cfg: ModelConfig) -> dict[str, tuple[tuple[int, ...], tuple[str, ...], str]]:
     """Per-layer weights: name -> (shape without the layers axis, logical axis names, init kind)."""
     d, n, k, h, f = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
+    unit = "zeros" if cfg.norm_unit_offset else "ones"  # a (1 + weight) norm starts at weight 0, as HF's
     specs = {
-        "attn_norm": ((d,), ("norm",), "ones"),
+        "attn_norm": ((d,), ("norm",), unit),
         "q_proj": ((d, n, h), ("embed", "heads", "head_dim"), "normal"),
         "k_proj": ((d, k, h), ("embed", "kv_heads", "head_dim"), "normal"),
         "v_proj": ((d, k, h), ("embed", "kv_heads", "head_dim"), "normal"),
         "o_proj": ((n, h, d), ("heads", "head_dim", "embed"), "normal"),
-        "mlp_norm": ((d,), ("norm",), "ones"),
+        "mlp_norm": ((d,), ("norm",), unit),
         "gate_proj": ((d, f), ("embed", "mlp"), "normal"),
         "up_proj": ((d, f), ("embed", "mlp"), "normal"),
         "down_proj": ((f, d), ("mlp", "embed"), "normal"),
     }
     if cfg.qk_norm:
-        specs["q_norm"] = ((h,), ("norm",), "ones")
-        specs["k_norm"] = ((h,), ("norm",), "ones")
+        specs["q_norm"] = ((h,), ("norm",), unit)
+        specs["k_norm"] = ((h,), ("norm",), unit)
+    if cfg.sandwich_norms:
+        specs["post_attn_norm"] = ((d,), ("norm",), unit)
+        specs["post_mlp_norm"] = ((d,), ("norm",), unit)
     if cfg.has_qkv_bias:
         specs["q_bias"] = ((n, h), ("heads", "head_dim"), "zeros")
         specs["k_bias"] = ((k, h), ("kv_heads", "head_dim"), "zeros")
@@ -83,11 +90,6 @@ def _make_param(rngs: nnx.Rngs, shape, names, init: str, cfg: ModelConfig) -> nn
 
 def _freeze_rules(rules: Mapping | None):
     return None if rules is None else tuple(sorted(rules.items()))
-
-
-@functools.lru_cache(maxsize=32)
-def _rope_tables(cfg: ModelConfig):
-    return rope_parameters(cfg)
 
 
 def default_positions(segment_ids: jax.Array | None, batch: int, length: int) -> jax.Array:
@@ -179,7 +181,8 @@ class Decoder(nnx.Module):
         self.rules = _freeze_rules(rules)
         self.embed = _make_param(rngs, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), "normal", cfg)
         self.layers = DecoderLayers(cfg, rngs=rngs)
-        self.final_norm = _make_param(rngs, (cfg.hidden_size,), ("norm",), "ones", cfg)
+        self.final_norm = _make_param(rngs, (cfg.hidden_size,), ("norm",), "zeros" if cfg.norm_unit_offset else "ones",
+                                      cfg)
 
     def _run_layers(self, body, carry, stacked, *, unroll: bool = False):
         """carry = body(carry, layer_params, layer_index) over all layers (scanned, or unrolled when
@@ -262,29 +265,40 @@ class Decoder(nnx.Module):
         if batch * length > table.shape[0]:
             table = constrain(table, ("vocab", None), self.rules)
         x = jnp.take(table, input_ids, axis=0).astype(cfg.compute_dtype)
+        if cfg.embed_scale:  # Gemma: sqrt(hidden) rounded to the compute dtype, as HF's bf16 runs do
+            x = x * jnp.asarray(cfg.hidden_size**0.5, x.dtype)
         x = constrain(x, ("batch", "seq", "act_embed"), self.rules)
-        inv_freq, attention_factor = _rope_tables(cfg)
-        cos, sin = rope_cos_sin(positions, inv_freq, attention_factor, x.dtype)
+        global_rope, local_rope = layer_rope(cfg, positions, x.dtype)
         stacked = self.layers.stacked()
 
-        if cache is None:
-            def attend(q, k, v):
-                return attention(q, k, v, segment_ids=segment_ids, causal=True, impl=cfg.attention_impl,
-                                 interpret=cfg.attention_interpret), None
+        def attend_fresh(local, q, k, v):
+            """Attention over the call's own tokens with the layer's window (static in each branch)."""
+            kwargs = dict(segment_ids=segment_ids, causal=True, scale=cfg.attention_scale, impl=cfg.attention_impl,
+                          interpret=cfg.attention_interpret)
+            return by_kind(local, functools.partial(attention, window=cfg.sliding_window, **kwargs),
+                           functools.partial(attention, **kwargs), q, k, v)
 
+        if cache is None:
             def body(x, p, i):
-                return layer_forward(p, x, cos, sin, cfg, self.rules, attend)[0]
+                local = is_local(cfg, i)
+
+                def attend(q, k, v):
+                    return attend_fresh(local, q, k, v), None
+
+                return layer_forward(p, x, *rope_of(local, global_rope, local_rope), cfg, self.rules, attend)[0]
 
             x = self._run_layers(body, x, stacked)
-            return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), None
+            return norm(x, self.final_norm[...], cfg), None
 
         if write_at is not None and not (prefill and batch == 1):
             raise ValueError("write_at places one prompt's prefill (batch 1, prefill=True) into a cache row")
         seg = jnp.ones((batch, length), jnp.int32) if segment_ids is None else segment_ids
         if write_at is None:
             cache = cache.write_meta(positions, seg)
-        mask = cache.attention_mask(positions, seg, length)
-        decode_mask_bs = None if prefill else kernel_mask(mask, cfg.decode_attention, cfg.head_dim)
+        masks = [cache.attention_mask(positions, seg, length)]  # global layers' [B, T, S], then local ones'
+        if any(cfg.local_layers):
+            masks.append(cache.attention_mask(positions, seg, length, window=cfg.sliding_window))
+        decode_masks = [None if prefill else kernel_mask(m, cfg.decode_attention, cfg.head_dim) for m in masks]
         start = cache.index
 
         # The stacked cache rides in the carry. Each layer first writes its T new keys / values in place
@@ -297,6 +311,8 @@ class Decoder(nnx.Module):
 
         def cached_body(carry, p, i):
             x, k_all, v_all = carry
+            local = is_local(cfg, i)
+            mask, decode_mask_bs = pick(local, masks[-1], masks[0]), pick(local, decode_masks[-1], decode_masks[0])
 
             def attend(q, k, v):
                 if write_at is None:
@@ -308,20 +324,21 @@ class Decoder(nnx.Module):
                     k_new = k_all.at[i, row, columns].set(k[0].astype(k_all.dtype), unique_indices=True)
                     v_new = v_all.at[i, row, columns].set(v[0].astype(v_all.dtype), unique_indices=True)
                 if prefill:  # empty cache: plain (fast-kernel) attention over the new tokens only
-                    out = attention(q, k, v, segment_ids=segment_ids, causal=True, impl=cfg.attention_impl,
-                                    interpret=cfg.attention_interpret)
+                    out = attend_fresh(local, q, k, v)
                 else:
-                    out = stacked_cache_attention(q, k_new, v_new, i, mask, cfg.decode_attention, decode_mask_bs)
+                    out = stacked_cache_attention(q, k_new, v_new, i, mask, cfg.decode_attention, decode_mask_bs,
+                                                  scale=cfg.attention_scale)
                 return out, (k_new, v_new)
 
-            x, (k_all, v_all) = layer_forward(p, x, cos, sin, cfg, self.rules, attend)
+            rope = rope_of(local, global_rope, local_rope)
+            x, (k_all, v_all) = layer_forward(p, x, *rope, cfg, self.rules, attend)
             return x, k_all, v_all
 
         unroll = cfg.unroll_cached_layers and not prefill
         x, k_all, v_all = self._run_layers(cached_body, (x, cache.k, cache.v), stacked, unroll=unroll)
         cache = KVCache(k=k_all, v=v_all, positions=cache.positions, segment_ids=cache.segment_ids,
                         index=cache.index + (0 if write_at is not None else length))
-        return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), cache
+        return norm(x, self.final_norm[...], cfg), cache
 
 
 class _DecoderHead(nnx.Module):
@@ -368,7 +385,17 @@ class CausalLM(_DecoderHead):
         )
 
     def lm_head_weight(self) -> jax.Array:
-        """[D, V] output projection (the embedding's transpose when tied), in the parameter dtype."""
+        """[D, V] output projection (the embedding's transpose when tied), in the parameter dtype. For callers
+        that turn hidden states into logits themselves (chunked log-probs): refused where the model caps its
+        logits (``final_logit_softcapping``), which such a caller would skip."""
+        if self.config.final_logit_softcapping is not None:
+            raise NotImplementedError(
+                f"final_logit_softcapping={self.config.final_logit_softcapping}: logits computed from "
+                "lm_head_weight() would miss the tanh cap; call the model for logits (Gemma 3 checkpoints set "
+                "no cap)")
+        return self._head_weight()
+
+    def _head_weight(self) -> jax.Array:
         return self.model.embed[...].T if self.lm_head is None else self.lm_head[...]
 
     def __call__(self, input_ids, positions=None, segment_ids=None, *, cache: KVCache | None = None,
@@ -390,7 +417,10 @@ class CausalLM(_DecoderHead):
                                        write_at=write_at)
         if logits_at is not None:
             hidden = jnp.take_along_axis(hidden, logits_at.astype(jnp.int32)[:, None, None], axis=1)
-        logits = jnp.einsum("btd,dv->btv", hidden, self.lm_head_weight().astype(hidden.dtype))
+        logits = jnp.einsum("btd,dv->btv", hidden, self._head_weight().astype(hidden.dtype))
+        cap = self.config.final_logit_softcapping
+        if cap is not None:  # HF: tanh(logits / cap) * cap, in the logits' dtype
+            logits = jnp.tanh(logits / cap) * cap
         logits = constrain(logits, ("batch", "seq", "act_vocab"), self.model.rules)
         return logits if cache is None else (logits, new_cache)
 

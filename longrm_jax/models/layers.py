@@ -1,4 +1,5 @@
-"""Pure functions of one decoder layer (Llama / Qwen3), on a dict of that layer's parameter arrays.
+"""Pure functions of one decoder layer (Llama / Qwen3 / Qwen2 / Mistral / Gemma 3), on a dict of that layer's
+parameter arrays.
 
 Kept free of NNX so the same body runs under ``jax.lax.scan`` over stacked layers, unrolled, and with a KV
 cache. Parameter layouts (per layer, i.e. without the leading ``layers`` axis):
@@ -7,6 +8,10 @@ cache. Parameter layouts (per layer, i.e. without the leading ``layers`` axis):
   q_norm, k_norm [H] (Qwen3)       q_bias [N, H], k_bias / v_bias [K, H] (attention_bias or Qwen2's qkv_bias),
                                    o_bias [D] (attention_bias)
   gate_proj, up_proj [D, F]        down_proj [F, D]    gate_bias / up_bias [F], down_bias [D] (mlp_bias)
+  post_attn_norm, post_mlp_norm [D] (Gemma 3's sandwich_norms: on the attention and MLP outputs)
+
+Gemma 3 (config flags, see ``ModelConfig``): norms scale by (1 + weight) (``norm_unit_offset``), GeGLU with
+tanh GELU (``hidden_act``), attention scale ``query_pre_attn_scalar ** -0.5``.
 
 Inference layout (:meth:`longrm_jax.models.decoder.DecoderLayers.fuse_projections`, used by the evaluator):
 q/k/v weights as one ``qkv_proj`` [D, K, G + 2, H] (G = N / K query heads per kv head: kv head k's G query
@@ -37,9 +42,19 @@ from longrm_jax.parallel.mesh import logical_to_spec
 from longrm_jax.parallel.placement import fit_spec
 
 
-def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
-    """HF order: normalise in float32, cast back to the input dtype, then multiply by the weight."""
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float, unit_offset: bool = False) -> jax.Array:
+    """HF order: normalise in float32, cast back to the input dtype, then multiply by the weight.
+    ``unit_offset`` (Gemma): multiply by (1 + weight) in float32 and cast last, as Gemma3RMSNorm does."""
+    if unit_offset:
+        x32 = x.astype(jnp.float32)
+        x32 = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + eps)
+        return (x32 * (1.0 + weight.astype(jnp.float32))).astype(x.dtype)
     return weight.astype(x.dtype) * rms_normalize(x, eps)
+
+
+def norm(x: jax.Array, weight: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """The family's RMSNorm (:func:`rms_norm` with ``cfg``'s epsilon and offset)."""
+    return rms_norm(x, weight, cfg.rms_norm_eps, cfg.norm_unit_offset)
 
 
 def rms_normalize(x: jax.Array, eps: float) -> jax.Array:
@@ -85,8 +100,7 @@ def qkv_projection(p: dict, h_btd: jax.Array, cos, sin, cfg: ModelConfig):
     if cfg.has_qkv_bias:
         q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
     if cfg.qk_norm:
-        q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
-        k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
+        q, k = norm(q, p["q_norm"], cfg), norm(k, p["k_norm"], cfg)
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
@@ -102,7 +116,9 @@ def _fused_qkv_projection(p: dict, h_btd: jax.Array, cos, sin, cfg: ModelConfig)
         qkv = qkv + jnp.concatenate([p["q_bias"].reshape(cfg.num_kv_heads, g, cfg.head_dim),
                                      p["k_bias"][:, None], p["v_bias"][:, None]], axis=1)
     v = qkv[:, :, :, g + 1]
-    if cfg.qk_norm:
+    if cfg.qk_norm and cfg.norm_unit_offset:  # Gemma's norm multiplies in float32: per slice
+        q, k = norm(qkv[:, :, :, :g], p["q_norm"], cfg), norm(qkv[:, :, :, g], p["k_norm"], cfg)
+    elif cfg.qk_norm:
         normed = rms_normalize(qkv, cfg.rms_norm_eps)
         q = p["q_norm"].astype(qkv.dtype) * normed[:, :, :, :g]
         k = p["k_norm"].astype(qkv.dtype) * normed[:, :, :, g]
@@ -130,7 +146,9 @@ def _mlp(p: dict, h_btd: jax.Array, cfg: ModelConfig, rules) -> jax.Array:
         up = with_lora(p, "up_proj", h_btd, 1, jnp.einsum("btd,df->btf", h_btd, p["up_proj"]))
     if cfg.mlp_bias:
         gate, up = gate + p["gate_bias"], up + p["up_bias"]
-    act = constrain(jax.nn.silu(gate) * up, ("batch", "seq", "act_mlp"), rules)
+    # Gemma 3's gelu_pytorch_tanh is the tanh approximation of GELU.
+    gated = jax.nn.gelu(gate, approximate=True) if cfg.hidden_act == "gelu_pytorch_tanh" else jax.nn.silu(gate)
+    act = constrain(gated * up, ("batch", "seq", "act_mlp"), rules)
     out = with_lora(p, "down_proj", act, 1, jnp.einsum("btf,fd->btd", act, p["down_proj"]))
     return out + p["down_bias"] if cfg.mlp_bias else out
 
@@ -176,14 +194,20 @@ def layer_forward(p, x_btd, cos, sin, cfg: ModelConfig, rules, attend):
     """One pre-norm decoder layer. ``attend(q, k, v)`` -> [B,T,N,H] does the attention (plain or cached) and
     may return extra outputs: it returns (out, aux) and aux is passed through."""
     stored, p = p, _cast(p, x_btd.dtype)
-    h = rms_norm(x_btd, p["attn_norm"], cfg.rms_norm_eps)
+    h = norm(x_btd, p["attn_norm"], cfg)
     q, k, v = qkv_projection(p, h, cos, sin, cfg)
     attn, aux = attend(q, k, v)
-    x = constrain(x_btd + output_projection(p, attn, cfg), ("batch", "seq", "act_embed"), rules)
-    h = rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps)
+    out = output_projection(p, attn, cfg)
+    if cfg.sandwich_norms:
+        out = norm(out, p["post_attn_norm"], cfg)
+    x = constrain(x_btd + out, ("batch", "seq", "act_embed"), rules)
+    h = norm(x, p["mlp_norm"], cfg)
     # The tiled MLP casts its weights per chunk (see tiled_mlp); the plain one takes the cast copies.
     tiled = cfg.mlp_chunk_tokens and h.shape[1] > cfg.mlp_chunk_tokens
-    x = constrain(x + mlp(stored if tiled else p, h, cfg, rules), ("batch", "seq", "act_embed"), rules)
+    out = mlp(stored if tiled else p, h, cfg, rules)
+    if cfg.sandwich_norms:
+        out = norm(out, p["post_mlp_norm"], cfg)
+    x = constrain(x + out, ("batch", "seq", "act_embed"), rules)
     return x, aux
 
 
@@ -217,7 +241,8 @@ def kernel_mask(mask_bts: jax.Array, impl: str, head_dim: int) -> jax.Array | No
     return mask_bts[:, 0].astype(jnp.int32) if uses_decode_kernel(impl, t, head_dim, slots) else None
 
 
-def stacked_cache_attention(q_btnh, k_all, v_all, layer, mask_bts, impl: str = "xla", kernel_mask_bs=None):
+def stacked_cache_attention(q_btnh, k_all, v_all, layer, mask_bts, impl: str = "xla", kernel_mask_bs=None,
+                            scale=None):
     """:func:`masked_attention` of the T new queries over layer ``layer`` of the stacked cache ``[L, B, S, K,
     H]``. A decode step (T = 1) with ``impl`` ``pallas`` runs the Triton kernel on the whole stacked buffer (no
     copy of the layer's rows; ``ops.decode_attention``), masked by ``kernel_mask_bs`` (:func:`kernel_mask`)
@@ -227,10 +252,11 @@ def stacked_cache_attention(q_btnh, k_all, v_all, layer, mask_bts, impl: str = "
     if uses_decode_kernel(impl, t, h, slots):
         mask = kernel_mask_bs if kernel_mask_bs is not None else mask_bts[:, 0]
         out = stacked_cache_decode_attention(q_btnh.reshape(b, kv, n // kv, h), k_all, v_all, layer, mask,
-                                             scale=h**-0.5, interpret=impl == "pallas_interpret",
+                                             scale=h**-0.5 if scale is None else scale,
+                                             interpret=impl == "pallas_interpret",
                                              out_dtype=q_btnh.dtype)
         return out.reshape(b, 1, n, h)
-    return masked_attention(q_btnh, k_all[layer], v_all[layer], mask_bts)
+    return masked_attention(q_btnh, k_all[layer], v_all[layer], mask_bts, scale)
 
 
 # Chunks of the cache's S axis that the decode attention's value sum is split into (a hand-made split-K): cuBLAS

@@ -16,7 +16,9 @@ Implementations (``impl``):
              fastest single-device kernel that honours the mask.
 
 Shapes: q [B, T, Hq, D], k/v [B, S, Hkv, D], Hq % Hkv == 0; segment ids int32 [B, T] (0 = padding, which
-attends only to padding). An implementation that cannot honour a mask raises; nothing is mis-masked.
+attends only to padding). ``window`` W (causal only; HF's ``sliding_window``): query i sees key j iff
+``i - W < j <= i`` (within its segment). An implementation that cannot honour a mask or a window raises
+(``contract.check_window``; ``auto`` picks one that can); nothing is mis-masked.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from longrm_jax.ops.contract import (
     PALLAS_IMPLS,
     AttentionNotSupportedError,
     check_interpret,
+    check_window,
     check_shapes,
     mesh_size,
     split_segment_ids,
@@ -37,7 +40,8 @@ from longrm_jax.ops.dispatch import local_impl, resolve_impl
 from longrm_jax.ops.ring import ring_attention
 from longrm_jax.ops.xla_attention import xla_attention_with_lse
 
-def attention_with_lse(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None, interpret=False):
+def attention_with_lse(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None, interpret=False,
+                       window=None):
     """Attention plus its log-sum-exp: ``(out [B,T,Hq,D] q.dtype, lse [B,Hq,T] fp32, natural log)``.
 
     ``lse[b, h, i] = log sum_j exp(scale * q_i . k_j)`` over the keys query i may see (``-inf`` when none).
@@ -46,17 +50,18 @@ def attention_with_lse(q, k, v, *, segment_ids=None, causal=True, impl="auto", s
     """
     check_shapes(q, k, v)
     q_seg, kv_seg = split_segment_ids(segment_ids, q.shape[1], k.shape[1])
-    name = local_impl(impl, has_segment_ids=q_seg is not None, dtype=q.dtype)
+    name = local_impl(impl, has_segment_ids=q_seg is not None, dtype=q.dtype, window=window)
     check_interpret(name, interpret)
+    check_window(name, window, causal)
     if name == "xla":
         return xla_attention_with_lse(q, k, v, q_segment_ids=q_seg, kv_segment_ids=kv_seg, causal=causal,
-                                      scale=scale)
+                                      scale=scale, window=window)
     kernel = flash.get_kernel(name, interpret)
     return kernel.attention_with_lse(q, k, v, q_segment_ids=q_seg, kv_segment_ids=kv_seg, causal=causal,
                                      scale=scale)
 
 
-def attention(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None, interpret=False):
+def attention(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None, interpret=False, window=None):
     """Multi-head attention with GQA, causal and packed-row (segment id) masks. See the module docstring.
 
     q [B, T, Hq, D], k/v [B, S, Hkv, D] -> [B, T, Hq, D] in q's dtype. ``scale`` defaults to D**-0.5.
@@ -66,7 +71,8 @@ def attention(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None
     check_shapes(q, k, v)
     q_seg, kv_seg = split_segment_ids(segment_ids, q.shape[1], k.shape[1])
     name = resolve_impl(impl, has_segment_ids=q_seg is not None, cross_lengths=q.shape[1] != k.shape[1],
-                        dtype=q.dtype)
+                        dtype=q.dtype, window=window)
+    check_window(name, window, causal)  # ring attention too: it does not skip or mask by a window yet
     if name in PALLAS_IMPLS and mesh_size() > 1 and q.shape[1] == k.shape[1] and q_seg is kv_seg:
         # Pallas custom calls cannot be partitioned by the compiler: run them per batch/head shard
         # (shard_map, a ring of one when there is no seq axis).
@@ -81,13 +87,13 @@ def attention(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None
     check_interpret(name, interpret)
     if name == "xla":
         out, _ = xla_attention_with_lse(q, k, v, q_segment_ids=q_seg, kv_segment_ids=kv_seg, causal=causal,
-                                        scale=scale)
+                                        scale=scale, window=window)
         return out
     return flash.get_kernel(name, interpret).attention(q, k, v, q_segment_ids=q_seg, kv_segment_ids=kv_seg,
                                             causal=causal, scale=scale)
 
 
-def dense_reference(q, k, v, *, segment_ids=None, causal=True, scale=None):
+def dense_reference(q, k, v, *, segment_ids=None, causal=True, scale=None, window=None):
     """Naive O(T x S)-memory attention in fp32 (tests and small-size checks only)."""
     b, t, hq, d = q.shape
     s, hkv = k.shape[1], k.shape[2]
@@ -99,6 +105,8 @@ def dense_reference(q, k, v, *, segment_ids=None, causal=True, scale=None):
     mask = jnp.ones((t, s), bool)
     if causal:
         mask = jnp.tril(mask, k=s - t)
+        if window is not None:  # keys more than window - 1 behind the (end-aligned) query are hidden
+            mask = mask & ~jnp.tril(jnp.ones((t, s), bool), k=s - t - window)
     mask = mask[None, None, None]
     if q_seg is not None:
         mask = mask & (q_seg[:, None, None, :, None] == kv_seg[:, None, None, None, :])

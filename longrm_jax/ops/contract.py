@@ -27,6 +27,24 @@ def check_impl(impl):
         raise ValueError(f"unknown attention impl {impl!r}; valid: {', '.join(IMPLEMENTATIONS)}")
 
 
+# Implementations that honour a sliding window (``window=``): key j visible to query i iff
+# ``i - window < j <= i`` (HF's sliding_window). The others refuse a window rather than attend over everything.
+WINDOW_IMPLS = ("xla",)
+
+
+def check_window(name, window, causal=True):
+    """Refuse a sliding ``window`` that implementation ``name`` would not honour (or a non-causal one)."""
+    if window is None:
+        return
+    if not causal or int(window) < 1:
+        raise AttentionNotSupportedError(f"a sliding window needs causal attention and window >= 1 (got "
+                                         f"window={window}, causal={causal})")
+    if name not in WINDOW_IMPLS:
+        raise AttentionNotSupportedError(
+            f"impl={name!r} does not honour a sliding window (window={window}); implementations that do: "
+            f"{', '.join(WINDOW_IMPLS)} (impl='auto' picks one)")
+
+
 def check_interpret(name, interpret):
     """``interpret=True`` (the Pallas interpreter, for tests on any backend) exists for the splash kernel only."""
     if interpret and name != "splash":

@@ -18,11 +18,13 @@ from longrm_jax.ops.xla_attention import XlaBlockKernel
 from longrm_jax.parallel.target import target_of
 
 
-def resolve_impl(impl="auto", *, has_segment_ids=False, ring_axis="seq", cross_lengths=False, dtype=None):
+def resolve_impl(impl="auto", *, has_segment_ids=False, ring_axis="seq", cross_lengths=False, dtype=None,
+                 window=None):
     """The concrete implementation ``impl`` stands for on this backend and the current mesh.
 
     ``cross_lengths``: T != S (decoding against a cache): ``auto`` then picks ``xla``, which any mesh
-    can partition and which aligns the causal mask to the end of the keys.
+    can partition and which aligns the causal mask to the end of the keys. ``window``: a sliding window, which
+    only ``WINDOW_IMPLS`` honour (``auto`` picks one; ring attention refuses it).
     """
     check_impl(impl)
     if impl != "auto":
@@ -31,7 +33,7 @@ def resolve_impl(impl="auto", *, has_segment_ids=False, ring_axis="seq", cross_l
         return "xla"
     if seq_axis_size(ring_axis) > 1:
         return "ring"
-    return local_impl("auto", has_segment_ids=has_segment_ids, dtype=dtype)
+    return local_impl("auto", has_segment_ids=has_segment_ids, dtype=dtype, window=window)
 
 
 def _half_precision(dtype) -> bool:
@@ -51,15 +53,24 @@ def warn_missing_tokamax(fallback: str) -> None:
                       f"kernel to {fallback!r} (slower)", fix)
 
 
-def local_impl(impl="auto", *, has_segment_ids=False, dtype=None):
+def local_impl(impl="auto", *, has_segment_ids=False, dtype=None, window=None):
     """The single-device kernel for ``impl`` (``auto`` -> fastest available that honours the mask and takes
-    ``dtype``, the queries' dtype: the GPU flash kernels take bf16 / fp16 only, so fp32 runs XLA's attention)."""
+    ``dtype``, the queries' dtype: the GPU flash kernels take bf16 / fp16 only, so fp32 runs XLA's attention;
+    a sliding ``window``: XLA's attention, the one kernel that honours it so far)."""
     check_impl(impl)
     if impl == "ring":
         raise ValueError("'ring' is not a single-device kernel")
     if impl != "auto":
         return impl
     target = target_of()  # the devices the program is built for (a compile-only TPU/GPU mesh too), not the host's
+    if window is not None:
+        if target.is_gpu or target.is_tpu:
+            from longrm_jax.ops import slow_paths
+
+            slow_paths.report("window_attention", f"sliding-window attention (window {window}) runs XLA's "
+                              "blockwise attention: the cuDNN / Pallas / splash kernels do not take a window yet",
+                              "none yet (issue 43: sliding windows in the kernels)")
+        return "xla"
     if target.is_tpu:
         return "splash"
     if target.is_gpu and not _half_precision(dtype):

@@ -7,8 +7,8 @@ FlashAttention-2 style): it recomputes each block's probabilities from the saved
 residuals are q, k, v, the output and the LSE.
 
 Masking is expressed through integer *positions* (causal: key j visible to query i iff ``kv_pos[j] <=
-q_pos[i]``) and *segment ids* (visible iff equal). Blocks that the causal mask hides completely are
-skipped with ``lax.cond`` (the compute really is not executed; under ``vmap`` it would become a select,
+q_pos[i]``; with a sliding ``window`` W also ``kv_pos[j] > q_pos[i] - W``) and *segment ids* (visible iff
+equal). Blocks that the causal mask or the window hides completely are skipped with ``lax.cond`` (the compute really is not executed; under ``vmap`` it would become a select,
 which is why the block loops here are ``lax.scan``s, never vmapped).
 
 A query row that sees no key at all gets output 0 and LSE ``-inf`` (ring attention relies on this).
@@ -33,11 +33,14 @@ def _precision(dtype):
     return lax.Precision.HIGHEST if jnp.dtype(dtype) == jnp.float32 else lax.Precision.DEFAULT
 
 
-def _block_mask(q_pos, kv_pos, q_seg, kv_seg, causal, kv_padded):
+def _block_mask(q_pos, kv_pos, q_seg, kv_seg, causal, kv_padded, window=None):
     """Boolean mask broadcastable to [B, K, G, bq, bk], or None when every pair is visible."""
     mask = None
     if causal:
-        mask = (kv_pos[None, :] <= q_pos[:, None])[None, None, None]
+        visible = kv_pos[None, :] <= q_pos[:, None]
+        if window is not None:  # HF's sliding window: the W latest keys up to the query itself
+            visible = visible & (kv_pos[None, :] > q_pos[:, None] - window)
+        mask = visible[None, None, None]
     elif kv_padded:
         mask = (kv_pos < _PAD_POSITION)[None, None, None, None, :]
     if q_seg is not None:
@@ -46,12 +49,17 @@ def _block_mask(q_pos, kv_pos, q_seg, kv_seg, causal, kv_padded):
     return mask
 
 
-def _block_skipped(q_pos, kv_pos, causal):
-    """True when no query of the block can see any key of the block (so the block's work is skipped)."""
+def _block_skipped(q_pos, kv_pos, causal, window=None):
+    """True when no query of the block can see any key of the block (so the block's work is skipped): a
+    sliding window's layer computes only the blocks within reach of its window."""
     all_padding = jnp.min(kv_pos) >= _PAD_POSITION
     if not causal:
         return all_padding
-    return all_padding | (jnp.min(kv_pos) > jnp.max(q_pos))
+    skipped = all_padding | (jnp.min(kv_pos) > jnp.max(q_pos))
+    if window is not None:
+        real_kv = jnp.where(kv_pos >= _PAD_POSITION, -_PAD_POSITION, kv_pos)
+        skipped = skipped | (jnp.max(real_kv) <= jnp.min(q_pos) - window)
+    return skipped
 
 
 def _to_blocks_q(x, block):  # [B, T, K, G, D] -> [nq, B, K, G, bq, D]
@@ -82,7 +90,8 @@ def _blocks_seg(x, block):  # [B, T] -> [n, B, block]
     return None if x is None else x.reshape(x.shape[0], -1, block).transpose(1, 0, 2)
 
 
-def _forward_blocks(q, k, v, q_pos, kv_pos, q_seg, kv_seg, causal, scale, block_q, block_k, kv_padded):
+def _forward_blocks(q, k, v, q_pos, kv_pos, q_seg, kv_seg, causal, scale, block_q, block_k, kv_padded,
+                    window=None):
     """q [B,T,K,G,D], k/v [B,S,K,D] (T, S multiples of the blocks) -> out [B,T,K,G,D] (q dtype), lse [B,K,G,T]."""
     prec = _precision(q.dtype)
     qb, qpb, qsb = _to_blocks_q(q, block_q), _blocks_1d(q_pos, block_q), _blocks_seg(q_seg, block_q)
@@ -100,7 +109,7 @@ def _forward_blocks(q, k, v, q_pos, kv_pos, q_seg, kv_seg, causal, scale, block_
                 m, l, acc = carry
                 s = jnp.einsum("bkgqd,bksd->bkgqs", q_i, k_j, precision=prec,
                                preferred_element_type=jnp.float32) * scale
-                mask = _block_mask(qp_i, kp_j, qs_i, ks_j, causal, kv_padded)
+                mask = _block_mask(qp_i, kp_j, qs_i, ks_j, causal, kv_padded, window)
                 if mask is not None:
                     s = jnp.where(mask, s, -jnp.inf)
                 m_new = jnp.maximum(m, jnp.max(s, axis=-1))
@@ -113,7 +122,7 @@ def _forward_blocks(q, k, v, q_pos, kv_pos, q_seg, kv_seg, causal, scale, block_
                                 preferred_element_type=jnp.float32)
                 return m_new, l, acc * alpha[..., None] + pv
 
-            skip = _block_skipped(qp_i, kp_j, causal)
+            skip = _block_skipped(qp_i, kp_j, causal, window)
             return lax.cond(skip, lambda c: c, compute, carry), None
 
         init = (jnp.full((b, kh, g, bq), -jnp.inf, jnp.float32), jnp.zeros((b, kh, g, bq), jnp.float32),
@@ -130,7 +139,7 @@ def _forward_blocks(q, k, v, q_pos, kv_pos, q_seg, kv_seg, causal, scale, block_
 
 
 def _backward_blocks(q, k, v, out, lse, dout, dlse, q_pos, kv_pos, q_seg, kv_seg, causal, scale, block_q,
-                     block_k, kv_padded):
+                     block_k, kv_padded, window=None):
     """Gradients of (out, lse) w.r.t. q, k, v, given the (possibly *global*, as in ring attention) out/lse.
 
     Shapes as in ``_forward_blocks``; ``dlse`` [B,K,G,T] may be None. Returns fp32 dq, dk, dv.
@@ -164,7 +173,7 @@ def _backward_blocks(q, k, v, out, lse, dout, dlse, q_pos, kv_pos, q_seg, kv_seg
                 s = jnp.einsum("bkgqd,bksd->bkgqs", q_i, k_j, precision=prec,
                                preferred_element_type=jnp.float32) * scale
                 p = jnp.exp(s - lse_i[..., None])
-                mask = _block_mask(qp_i, kp_j, qs_i, ks_j, causal, kv_padded)
+                mask = _block_mask(qp_i, kp_j, qs_i, ks_j, causal, kv_padded, window)
                 if mask is not None:
                     p = jnp.where(mask, p, 0.0)
                 dv_j = dv_j + jnp.einsum("bkgqs,bkgqd->bksd", p.astype(do_i.dtype), do_i, precision=prec,
@@ -178,7 +187,7 @@ def _backward_blocks(q, k, v, out, lse, dout, dlse, q_pos, kv_pos, q_seg, kv_seg
                                                  preferred_element_type=jnp.float32)
                 return (dk_j, dv_j), dq_new
 
-            skip = _block_skipped(qp_i, kp_j, causal)
+            skip = _block_skipped(qp_i, kp_j, causal, window)
             carry, dq_i = lax.cond(skip, lambda c: (c, dq_i), compute, carry)
             return carry, dq_i
 
@@ -191,22 +200,23 @@ def _backward_blocks(q, k, v, out, lse, dout, dlse, q_pos, kv_pos, q_seg, kv_seg
     return _from_blocks_q(dq_b), _from_blocks_kv(dk_b), _from_blocks_kv(dv_b)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10, 11))
-def _flash(q, k, v, q_pos, kv_pos, q_seg, kv_seg, causal, scale, block_q, block_k, kv_padded):
-    return _forward_blocks(q, k, v, q_pos, kv_pos, q_seg, kv_seg, causal, scale, block_q, block_k, kv_padded)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10, 11, 12))
+def _flash(q, k, v, q_pos, kv_pos, q_seg, kv_seg, causal, scale, block_q, block_k, kv_padded, window):
+    return _forward_blocks(q, k, v, q_pos, kv_pos, q_seg, kv_seg, causal, scale, block_q, block_k, kv_padded,
+                           window)
 
 
-def _flash_fwd(q, k, v, q_pos, kv_pos, q_seg, kv_seg, causal, scale, block_q, block_k, kv_padded):
+def _flash_fwd(q, k, v, q_pos, kv_pos, q_seg, kv_seg, causal, scale, block_q, block_k, kv_padded, window):
     out, lse = _forward_blocks(q, k, v, q_pos, kv_pos, q_seg, kv_seg, causal, scale, block_q, block_k,
-                               kv_padded)
+                               kv_padded, window)
     return (out, lse), (q, k, v, out, lse, q_pos, kv_pos, q_seg, kv_seg)
 
 
-def _flash_bwd(causal, scale, block_q, block_k, kv_padded, res, cotangents):
+def _flash_bwd(causal, scale, block_q, block_k, kv_padded, window, res, cotangents):
     q, k, v, out, lse, q_pos, kv_pos, q_seg, kv_seg = res
     dout, dlse = cotangents
     dq, dk, dv = _backward_blocks(q, k, v, out, lse, dout, dlse, q_pos, kv_pos, q_seg, kv_seg, causal, scale,
-                                  block_q, block_k, kv_padded)
+                                  block_q, block_k, kv_padded, window)
     return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None, None, None
 
 
@@ -256,6 +266,15 @@ class _Layout:
         return x.reshape(self.b, self.hq, self.tp)[:, :, : self.t]
 
 
+def _check_window(window, causal):
+    if window is None:
+        return None
+    if not causal or int(window) < 1:
+        raise ValueError(f"a sliding window needs causal attention and window >= 1 (got window={window}, "
+                         f"causal={causal})")
+    return int(window)
+
+
 def _default_positions(t, s, causal):
     # Causal with T != S aligns the last query with the last key (decoding against a cache).
     return jnp.arange(t, dtype=jnp.int32) + (s - t if causal else 0), jnp.arange(s, dtype=jnp.int32)
@@ -263,21 +282,24 @@ def _default_positions(t, s, causal):
 
 def xla_attention_with_lse(q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None,
                            q_positions=None, kv_positions=None, block_q=DEFAULT_BLOCK_Q,
-                           block_k=DEFAULT_BLOCK_K):
+                           block_k=DEFAULT_BLOCK_K, window=None):
     """Blockwise attention returning ``(out [B,T,Hq,D] in q's dtype, lse [B,Hq,T] fp32, natural log)``.
 
     Differentiable w.r.t. q, k, v through both outputs. ``q_positions``/``kv_positions`` ([T]/[S] int32,
     shared over the batch) define the causal mask; by default queries are aligned to the end of the keys.
+    ``window`` (causal only): query i sees key j iff ``q_pos[i] - window < kv_pos[j] <= q_pos[i]``; key
+    blocks wholly outside every query's window are skipped.
     """
     if (q_segment_ids is None) != (kv_segment_ids is None):
         raise ValueError("q_segment_ids and kv_segment_ids must be given together")
+    window = _check_window(window, causal)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     dq_pos, dkv_pos = _default_positions(q.shape[1], k.shape[1], causal)
     q_pos = dq_pos if q_positions is None else q_positions
     kv_pos = dkv_pos if kv_positions is None else kv_positions
     lay = _Layout(q, k, q_pos, kv_pos, q_segment_ids, kv_segment_ids, block_q, block_k)
     out, lse = _flash(lay.q_in(q), lay.kv_in(k), lay.kv_in(v), lay.q_pos, lay.kv_pos, lay.q_seg, lay.kv_seg,
-                      bool(causal), scale, lay.block_q, lay.block_k, lay.kv_padded)
+                      bool(causal), scale, lay.block_q, lay.block_k, lay.kv_padded, window)
     return lay.q_out(out), lay.lse_out(lse)
 
 

@@ -1,0 +1,107 @@
+"""Gemma 3 text decoders (issue 43): fp32 parity with transformers on tiny random checkpoints of 7 layers (local
+sliding-window layers and a global one: transformers' default pattern of five local layers per global one) at
+sequences longer than the window. Each Gemma rule is exercised: the window, RoPE theta 10K on local layers and
+linear-scaled 1M on global ones, q/k RMSNorm, four (1 + weight) norms per layer, GeGLU with tanh GELU, embeddings
+times sqrt(hidden), query_pre_attn_scalar unlike head_dim, the final logit cap; Gemma3ForCausalLM, the language
+model of Gemma3ForConditionalGeneration (vision tower skipped), both score heads; the export round trip."""
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+import torch
+import transformers
+
+import jax
+import jax.numpy as jnp
+
+from longrm_jax import load_pretrained
+from longrm_jax.hf.load import CheckpointError
+from helpers.family_parity import check_causal_lm, check_classifier, check_round_trip, make_model, rel_err, TOL
+
+VOCAB = 256
+WINDOW = 8
+
+
+def text_config(kv_heads=1, tied=True, softcap=None, **extra):
+    return transformers.Gemma3TextConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=7, num_attention_heads=4,
+        num_key_value_heads=kv_heads, head_dim=16, query_pre_attn_scalar=24, sliding_window=WINDOW,
+        max_position_embeddings=256, tie_word_embeddings=tied, final_logit_softcapping=softcap,
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+        pad_token_id=0, bos_token_id=2, eos_token_id=1, **extra)
+
+
+def multimodal_config(tied=True, **text):
+    vision = transformers.SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, image_size=28, patch_size=14)
+    return transformers.Gemma3Config(text_config=text_config(tied=tied, **text), vision_config=vision,
+                                     mm_tokens_per_image=4, tie_word_embeddings=tied)
+
+
+def test_text_causal_lm(tmp_path):
+    ref = make_model("Gemma3ForCausalLM", text_config(kv_heads=1, softcap=3.0), tmp_path / "src")
+    model = load_pretrained(tmp_path / "src")
+    cfg = model.config
+    assert cfg.local_layers == (True,) * 5 + (False, True) and cfg.sliding_window == WINDOW
+    assert (cfg.rope_type, cfg.rope_theta, cfg.local_rope_theta) == ("linear", 1e6, 1e4)
+    assert cfg.tie_word_embeddings and cfg.query_pre_attn_scalar == 24 and cfg.final_logit_softcapping == 3.0
+    check_causal_lm(model, ref, VOCAB, width=40)
+    check_round_trip(model, tmp_path / "out", ref, "AutoModelForCausalLM", VOCAB, architecture="Gemma3ForCausalLM")
+    with pytest.raises(NotImplementedError, match="final_logit_softcapping"):
+        model.lm_head_weight()
+
+
+def test_multimodal_checkpoint_language_model(tmp_path, caplog):
+    """Gemma3ForConditionalGeneration (4B-27B): the text model under language_model, untied here, GQA 2:1."""
+    ref = make_model("Gemma3ForConditionalGeneration", multimodal_config(tied=False, kv_heads=2), tmp_path / "src")
+    with caplog.at_level(logging.INFO, logger="longrm_jax.hf.load"):
+        model = load_pretrained(tmp_path / "src")
+    assert [r for r in caplog.records if "vision tower and projector skipped" in r.getMessage()]
+    assert not model.config.tie_word_embeddings and model.lm_head is not None
+    check_causal_lm(model, ref, VOCAB, width=40)
+    check_round_trip(model, tmp_path / "out", ref, "AutoModelForCausalLM", VOCAB, architecture="Gemma3ForCausalLM",
+                     exact=False)
+
+
+@pytest.mark.parametrize("cls", ["Gemma3TextForSequenceClassification", "Gemma3ForSequenceClassification"])
+def test_score_heads(tmp_path, cls):
+    config = text_config(kv_heads=2, num_labels=1) if "Text" in cls else multimodal_config(kv_heads=2)
+    if "Text" not in cls:
+        config.num_labels = 1
+    ref = make_model(cls, config, tmp_path / "src")
+    model = load_pretrained(tmp_path / "src")
+    assert type(model).__name__ == "SequenceClassifier" and model.config.num_labels == 1
+    check_classifier(model, ref, VOCAB, 1, width=24)
+    check_round_trip(model, tmp_path / "out", ref, "AutoModelForSequenceClassification", VOCAB,
+                     architecture="Gemma3TextForSequenceClassification", exact="Text" in cls)
+
+
+def test_cached_decoding_matches_one_forward(tmp_path):
+    """Prefill then one-token steps through the KV cache (local layers masked by the window in the cache) give
+    the logits of one full forward, past the window."""
+    make_model("Gemma3ForCausalLM", text_config(kv_heads=2), tmp_path)
+    model = load_pretrained(tmp_path)
+    ids = jnp.asarray(np.random.default_rng(3).integers(3, VOCAB, (2, 24)), jnp.int32)
+    full = np.asarray(model(ids))
+    cache = model.init_cache(2, 32)
+    step = jax.jit(lambda m, x, pos, c: m(x, positions=pos, cache=c))
+    logits, cache = jax.jit(lambda m, x, c: m(x, cache=c, prefill=True))(model, ids[:, :6], cache)
+    outs = [np.asarray(logits)]
+    for t in range(6, 24):
+        logits, cache = step(model, ids[:, t:t + 1], jnp.full((2, 1), t, jnp.int32), cache)
+        outs.append(np.asarray(logits))
+    assert rel_err(np.concatenate(outs, axis=1), full) <= TOL
+
+
+def test_unsupported_settings_are_refused(tmp_path):
+    make_model("Gemma3ForCausalLM", text_config(), tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    for key, value, message in [("attn_logit_softcapping", 50.0, "attention logit softcapping is not supported"),
+                                ("use_bidirectional_attention", True, "only causal Gemma 3")]:
+        (tmp_path / "config.json").write_text(json.dumps({**config, key: value}))
+        with pytest.raises(CheckpointError, match=message):
+            load_pretrained(tmp_path)
