@@ -12,12 +12,21 @@ holding whole groups, with segment ids) it times training steps with random weig
   synthetic long pairs (contexts of L - 64 tokens, so each sequence nearly fills its L-token slot), the
   trainer's own step programs, and the tokens/s, MFU and peak memory it writes to metrics.jsonl (median over
   the steps after `--warmup`). On each device count of `--devices`: n > 1 devices as fsdp x seq (ring
-  attention over all n), when visible. `--full-params` trains every weight where the config uses LoRA.
-- the PyTorch peer in the same run (each configuration in its own process): HF transformers, SDPA, gradient checkpointing, AdamW, bf16 weights, the pair
-  as a batch of 2 sequences. It trains what the JAX run trains: where the stage's config uses LoRA (and
+  attention over all n; `--mesh fsdp`: mesh.fsdp=n, a pair per device), when visible. `--full-params` trains
+  every weight where the config uses LoRA.
+- the PyTorch peer in the same run (each configuration in its own process; scripts/_torch_peer.py): HF transformers,
+  SDPA, gradient checkpointing, AdamW, bf16 weights, the pair as a batch of 2 sequences. It trains what the JAX
+  run trains: where the stage's config uses LoRA (and
   `--full-params` is not given) the peer wraps the model in peft LoRA of the same rank, alpha, targets and fully
   trained modules; without peft installed it trains every weight and its row says so ("not the same work").
   Both sides count FLOPs by the same rule (docs/flops.md; LoRA: no weight gradients for the frozen base).
+  `--peer-gpus 1,4`: also the peer on 4 GPUs, one process per GPU started here (NCCL; gloo on the CPU), FSDP2
+  `fully_shard` per decoder layer and at the root (after peft), a pair per GPU; its step time is the slowest
+  rank's, its peak memory the largest rank's. Its work is that of the JAX runs with `--mesh fsdp` (a pair per
+  device; the default `--mesh seq` trains one pair over all devices by the ring), and the table sets the two
+  against each other per GPU ("ours / peer per GPU"). On a GPU machine a JAX run of n devices sees the first n.
+  On 4 GPUs: `python scripts/bench_train.py --models qwen3_8b --stages simpo --lengths 8192 --full-params
+  --devices 1,4 --mesh fsdp --peer-gpus 1,4` (scripts/device/callT_fsdp2_peer_x4.sh runs the 4-GPU pair first).
 It prints tokens/s, MFU (docs/flops.md: FLOPs = 6 N_matmul + 6 L H d S per token, 4 N for LoRA's frozen weights, 989 TFLOP/s peak per
 H100/H200) and peak memory, as a table, and appends the table to docs/benchmarks.md (`--no-record`: print only;
 with --smoke only to a file named by --benchmarks-md). `--json` keeps every figure, `--plot` draws tokens/s and MFU against pair length, ours
@@ -36,7 +45,6 @@ GiB beside the measured device peak and the process's peak resident host memory.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import subprocess
@@ -47,9 +55,10 @@ import traceback
 import numpy as np
 
 import _bench
+import _torch_peer
+from _torch_peer import STAGE_CONFIGS, TINY, _peft_lora, bench_torch, pair_batch  # noqa: F401 (their old home)
 
 MODELS = {"qwen3_8b": "Qwen3-8B", "llama31_8b": "Llama-3.1-8B"}
-TINY = {"qwen3_8b": "tiny_qwen3", "llama31_8b": "tiny_llama"}
 
 
 def parse_args(argv=None):
@@ -60,7 +69,15 @@ def parse_args(argv=None):
     p.add_argument("--stages", default="simpo,bt", help="comma list of simpo, bt, sft")
     p.add_argument("--lengths", default="16384,32768", help="tokens per response sample L (row = 2 L)")
     p.add_argument("--devices", default="1,2",
-                   help="JAX device counts to run (n > 1: fsdp x seq, the sequence ring over all n)")
+                   help="JAX device counts to run (n > 1: --mesh says how; on a GPU machine the first n GPUs)")
+    p.add_argument("--mesh", default="seq", choices=("seq", "fsdp"), help="JAX runs on n > 1 devices: seq = one "
+                   "pair over all n (fsdp x seq, the sequence ring); fsdp = one pair per device (mesh.fsdp=n, "
+                   "n pairs a step: the work of the peer on --peer-gpus n)")
+    p.add_argument("--peer-gpus", default="1", help="GPU counts of the PyTorch peer: 1 = one process; n > 1 = "
+                   "one process per GPU (started by this script), FSDP2 fully_shard per decoder layer + root, "
+                   "a pair per GPU (gloo on the CPU with --smoke)")
+    p.add_argument("--peer-timeout", type=float, default=None, help="seconds before a multi-GPU peer's ranks are "
+                   "stopped (default: none)")
     p.add_argument("--steps", type=int, default=3, help="timed steps (after the compile step and --warmup)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps after the compile step (a fresh JAX "
                    "process runs its first steps after compiling up to 1.6x slower: H200, 2 x 8K tokens)")
@@ -83,29 +100,12 @@ def parse_args(argv=None):
     p.add_argument("--search-step", type=int, default=16384, help="bisection resolution (tokens of L)")
     p.add_argument("--search-max", type=int, default=524288, help="longest L tried")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: run one config, print JSON
+    p.add_argument("--peer-dump", default=None, help=argparse.SUPPRESS)  # tests: the multi-GPU peer's gradients
     return p.parse_args(argv)
-
-
-# ------------------------------------------------------------------------------------------------ batches
-
-
-def pair_batch(length: int, vocab: int, seed: int = 0) -> dict:
-    """The peer's input: one chosen and one rejected sample of ``length`` random tokens (the last 10% of each
-    response)."""
-    rng = np.random.default_rng(seed)
-    t = 2 * length
-    ids = rng.integers(10, vocab - 10, (1, t)).astype(np.int32)
-    mask = np.zeros((1, t), np.int32)
-    resp = max(1, length // 10)
-    mask[0, length - resp:length] = 1
-    mask[0, t - resp:] = 1
-    return {"input_ids": ids, "loss_mask": mask}
 
 
 # ------------------------------------------------------------------------------------------------ JAX
 
-STAGE_CONFIGS = {"simpo": "configs/qwen3_8b_grm_simpo.yaml", "bt": "configs/llama31_8b_disrm_bt.yaml",
-                 "sft": "configs/qwen3_8b_grm_sft.yaml"}
 CONTEXT_MARGIN = 64  # chat template + judgment tokens around a synthetic context (tiny tokenizer: 57-58)
 
 
@@ -116,16 +116,17 @@ def train_command(model: str, stage: str, length: int, n_devices: int, args, out
     rows = args.layout == "rows" and stage != "sft"
     row_tokens = length if rows else (args.row_tokens or (length if stage == "sft" else 2 * length))
     per_row = max(1, row_tokens // length) if not rows else 1
+    fsdp = n_devices if n_devices > 1 and args.mesh == "fsdp" else 1  # a pair (row) per device
     sets = [
         "model.init=null", f"model.preset={TINY[model] if args.smoke else model}", f"model.remat={remat or args.remat}",
         f"model.param_dtype={args.param_dtype}", f"model.compute_dtype={'float32' if args.smoke else 'bfloat16'}",
         "data.source=synthetic", "data.eval_source=null", "data.tokenizer=null", f"data.layout={args.layout if stage != 'sft' else 'packed'}",
-        f"data.seq_len={row_tokens}", f"data.batch_rows={2 if rows else 1}", f"grad_accum={args.grad_accum}",
-        f"data.num_train={max(4, 2 * per_row) * (args.warmup + args.steps + 1) * args.grad_accum}",
+        f"data.seq_len={row_tokens}", f"data.batch_rows={(2 if rows else 1) * fsdp}", f"grad_accum={args.grad_accum}",
+        f"data.num_train={max(4, 2 * per_row) * fsdp * (args.warmup + args.steps + 1) * args.grad_accum}",
         f"data.synthetic={{lengths: [{max(length - CONTEXT_MARGIN, 8)}]}}",
         f"steps={args.warmup + args.steps + 1}", "log_every=1", "eval_before=false", "eval_after=false",
         "checkpoint.every=0", "checkpoint.at_end=false", "tensorboard=false", "progress=false",
-        "mesh.data=1", "mesh.fsdp=1", f"mesh.seq={n_devices}", "mesh.param_axes=[fsdp, seq]",
+        "mesh.data=1", f"mesh.fsdp={fsdp}", f"mesh.seq={n_devices // fsdp}", "mesh.param_axes=[fsdp, seq]",
         f"output_dir={out_dir}",
     ]
     if args.full_params:
@@ -157,6 +158,17 @@ def run_measured(cmd: list[str], env: dict, cwd: str) -> tuple[subprocess.Comple
     return done, (usage.ru_maxrss * 1024 / 2**30 if usage.ru_maxrss else None)
 
 
+def visible_gpus() -> list[str]:
+    """The GPUs a child would see: CUDA_VISIBLE_DEVICES, else /dev/nvidia<N>."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip()]
+    try:
+        return sorted((n[6:] for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit()), key=int)
+    except OSError:
+        return []
+
+
 def bench_jax(model: str, stage: str, length: int, n_devices: int, args, remat: str | None = None) -> dict:
     """One configuration through the training CLI; figures from its metrics.jsonl and memory_plan.json."""
     import re
@@ -167,6 +179,9 @@ def bench_jax(model: str, stage: str, length: int, n_devices: int, args, remat: 
         env = dict(os.environ)
         # A training process owns its GPU: let XLA's pool take 95% of it (JAX's default is 75%), as the peer may.
         env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
+        gpus = visible_gpus()
+        if not args.smoke and len(gpus) > n_devices:  # the mesh spans every visible device: show it n of them
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[:n_devices])
         t0 = time.perf_counter()
         proc, host_rss = run_measured(cmd, env, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         wall = time.perf_counter() - t0
@@ -193,109 +208,13 @@ def bench_jax(model: str, stage: str, length: int, n_devices: int, args, remat: 
         return out
     med = lambda key: float(np.median([m[key] for m in steps])) if steps[0].get(key) is not None else None
     tokens_per_s = med("tokens_per_s")
-    return {"tokens_per_s": tokens_per_s, "mfu": med("mfu"), "peak_gib": max(m["peak_gib"] or 0 for m in steps) or None,
+    return {"tokens_per_s": tokens_per_s, "tokens_per_s_per_gpu": tokens_per_s / n_devices,
+            "mfu": med("mfu"), "peak_gib": max(m["peak_gib"] or 0 for m in steps) or None,
             "predicted_gib": plan.get("predicted_peak_gib"), "remat_used": plan.get("remat"),
             "predicted_host_gib": plan.get("predicted_host_gib"), "host_rss_gib": host_rss,
             "step_s": med("step_s"), "step_times": [m["step_s"] for m in steps], "loss": steps[-1]["loss"],
             "device": plan.get("device"),
             "wall_s": wall, "command": " ".join(cmd)}
-
-
-def bench_torch(model: str, stage: str, length: int, args) -> dict:
-    import torch
-    import transformers
-
-    from longrm_jax.models.config import to_hf_config
-    from longrm_jax.training.config import load_config
-    from longrm_jax.training.model_setup import preset_config
-    from longrm_jax.training.telemetry import step_flops
-
-    preset = TINY[model] if args.smoke else model
-    cfg = load_config(None, [f"model.preset={preset}"] + (["model.overrides.vocab_size=1000"] if args.smoke else []))
-    head = "classifier" if stage == "bt" else "causal_lm"
-    mcfg = preset_config(cfg).replace(head=head)
-    if mcfg.pad_token_id is None:  # tiny presets take their ids from a tokenizer; HF pools at the last non-pad
-        mcfg = mcfg.replace(pad_token_id=0)
-    stage_cfg = load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                         STAGE_CONFIGS[stage]), [])
-    lora_cfg = None if args.full_params or stage_cfg.lora.rank <= 0 else stage_cfg.lora
-    hf_cfg = transformers.AutoConfig.for_model(**to_hf_config(mcfg))
-    hf_cfg._attn_implementation = "sdpa"
-    device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    cls = transformers.AutoModelForSequenceClassification if head == "classifier" else transformers.AutoModelForCausalLM
-    with torch.device(device):
-        net = cls.from_config(hf_cfg, dtype=dtype)
-    net.gradient_checkpointing_enable()
-    trains, lora_flops = "all weights", None
-    if lora_cfg is not None:
-        net, trains, lora_flops = _peft_lora(net, lora_cfg)
-    net.train()
-    opt = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-6, betas=(0.9, 0.95),
-                            weight_decay=0.0)
-    host = pair_batch(length, mcfg.vocab_size)
-    ids = torch.tensor(host["input_ids"].reshape(2, length), dtype=torch.long, device=device)
-    mask = torch.tensor(host["loss_mask"].reshape(2, length), device=device)
-
-    def step():
-        if head == "classifier":
-            r = net(input_ids=ids).logits[:, 0].float()
-            loss = -torch.nn.functional.logsigmoid(r[0] - r[1])
-        else:
-            logits = net(input_ids=ids).logits[:, :-1].float()
-            lp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
-            m = mask[:, 1:].float()
-            pi = (lp * m).sum(-1) / m.sum(-1)
-            loss = -torch.nn.functional.logsigmoid(2.5 * (pi[0] - pi[1]) - 0.5)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return float(loss)
-
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    for _ in range(1 + args.warmup):  # as the JAX runs: a first step, then --warmup untimed ones
-        step()
-    sync()
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        loss = step()  # float(loss) synchronises
-        sync()
-        times.append(time.perf_counter() - t0)
-    dt = float(np.median(times))
-    flops = step_flops(mcfg, head, np.ones((2, length), np.int32), lora=lora_flops)
-    peak = 989e12 if device == "cuda" and any(k in torch.cuda.get_device_name() for k in ("H100", "H200")) else None
-    peak_mem = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
-    del net, opt
-    gc.collect()
-    if device == "cuda":
-        torch.cuda.empty_cache()
-    return {"tokens_per_s": 2 * length / dt, "step_s": dt, "mfu": flops / dt / peak if peak else None,
-            "peak_gib": peak_mem, "loss": loss, "step_times": times, "trains": trains,
-            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
-
-
-def _peft_lora(net, lora_cfg):
-    """(the peer wrapped in peft LoRA as the JAX config trains it, its label, its LoraFlops); without peft the
-    unwrapped peer, a label saying it trains every weight, and None (full-training FLOPs)."""
-    from longrm_jax.training.lora import ALL_LINEAR
-    from longrm_jax.training.telemetry import LoraFlops
-
-    try:
-        import peft
-    except ImportError:
-        return net, "all weights: peft not installed, not the same work as the JAX LoRA run", None
-    targets = sorted({n for t in lora_cfg.targets for n in (ALL_LINEAR if t == "all-linear" else (t,))})
-    # task_type None: the score head is only what targets / modules_to_save make it (as the JAX config says).
-    config = peft.LoraConfig(r=lora_cfg.rank, lora_alpha=lora_cfg.alpha, lora_dropout=0.0, target_modules=targets,
-                             modules_to_save=list(lora_cfg.train_modules) or None)
-    net = peft.get_peft_model(net, config)
-    adapters = sum(p.numel() for n, p in net.named_parameters() if p.requires_grad and "lora_" in n)
-    label = f"LoRA r={lora_cfg.rank} (peft), as the JAX run"
-    return net, label, LoraFlops(adapters, head_trained=bool(lora_cfg.train_modules))
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -305,20 +224,27 @@ def _fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
 
-def run_peer(spec: str, args) -> dict:
-    """Child process: the PyTorch peer of one configuration ``model,stage,length``."""
-    model, stage, length = spec.split(",")
+def run_peer(spec: str, args) -> dict | None:
+    """Child process: the PyTorch peer of one configuration ``model,stage,length[,gpus]`` (gpus > 1: this is one
+    rank; None on ranks other than 0)."""
+    model, stage, length, *gpus = spec.split(",")
+    n = int(gpus[0]) if gpus else 1
     try:
+        if n > 1:
+            return _torch_peer.bench_torch_rank(model, stage, int(length), args, n)
         return bench_torch(model, stage, int(length), args)
     except Exception as e:  # noqa: BLE001 - an OOM in one config must not stop the table
         traceback.print_exc()
-        return {"skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"}
+        return {"skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:80]}", "failed": True}
 
 
-def _run_peer_child(passthrough: list[str], spec: str) -> dict:
+def _run_peer_child(passthrough: list[str], spec: str, gpus: int = 1, timeout: float | None = None) -> dict:
     # A fresh process per configuration: peak-memory counters never reset and the GPU must be free for the next.
-    cmd = [sys.executable, os.path.abspath(__file__), *passthrough, "--one", spec]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    cmd = [sys.executable, os.path.abspath(__file__), *passthrough, "--one", f"{spec},{gpus}"]
+    if gpus > 1:
+        return _torch_peer.run_peer_ranks(cmd, gpus, timeout)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
     if lines:
         return json.loads(lines[-1][len("RESULT "):])
@@ -365,8 +291,22 @@ def search_setups(args) -> list[tuple[str, int, str]]:
             setups.append((f"jax 1dev {remats[0]}", 1, remats[0]))
             setups += [(f"jax 1dev {r}", 1, r) for r in remats[1:]]
         else:
-            setups.append((f"jax {n}dev fsdp x seq {remats[0]}", n, remats[0]))
+            setups.append((f"jax {n}dev {'fsdp x seq' if args.mesh == 'seq' else 'fsdp'} {remats[0]}", n, remats[0]))
     return setups
+
+
+def peer_ratios(results: list[dict]) -> list[float | None]:
+    """Per row: a JAX row's per-GPU tokens/s over the PyTorch peer's on as many GPUs, same model, stage and pair
+    (one device, or --mesh fsdp: a pair per device, as the peer trains); None elsewhere."""
+    peers = {(r["model"], r["stage"], r["length"], r["devices"]): r.get("tokens_per_s_per_gpu")
+             for r in results if r.get("side") == "pytorch"}
+    out = []
+    for r in results:
+        peer = peers.get((r.get("model"), r.get("stage"), r.get("length"), r.get("devices")))
+        same_work = r.get("side") == "jax" and (r.get("devices") == 1 or r.get("mesh") == "fsdp")
+        ours = r.get("tokens_per_s_per_gpu")
+        out.append(ours / peer if same_work and ours and peer else None)
+    return out
 
 
 def longest_pairs(results: list[dict]) -> list[str]:
@@ -419,7 +359,13 @@ def main(argv=None) -> int:
             os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                        f" --xla_force_host_platform_device_count={count}")
     if args.one:
-        print("RESULT " + json.dumps(run_peer(args.one, args)), flush=True)
+        res = run_peer(args.one, args)
+        failed = bool(res and res.pop("failed", False))
+        if res is not None:
+            print("RESULT " + json.dumps(res), flush=True)
+        if failed and len(args.one.split(",")) > 3 and int(args.one.split(",")[3]) > 1:
+            sys.stderr.flush()
+            os._exit(1)  # a failed rank: no teardown (the others wait in a collective); the parent stops them
         return 0
     lengths = [128] if args.smoke else [int(x) for x in args.lengths.split(",")]
     passthrough = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--one")]
@@ -430,7 +376,7 @@ def main(argv=None) -> int:
                 def trains(length, model=model, stage=stage, name=name, n=n, remat=remat):
                     res = bench_jax(model, stage, length, n, args, remat)
                     res |= {"model": MODELS[model], "stage": stage, "length": length, "run": name, "devices": n,
-                            "layout": args.layout, "remat": remat}
+                            "layout": args.layout, "remat": remat, "side": "jax", "mesh": args.mesh if n > 1 else None}
                     rows.append((MODELS[model], stage, f"2x{length}", name, res))
                     print(rows[-1], flush=True)
                     if args.json:
@@ -441,34 +387,39 @@ def main(argv=None) -> int:
                 search_longest(trains, args.search_start, args.search_step, args.search_max)
     for model in args.models.split(",") if not args.search else ():
         for stage in args.stages.split(","):
-            failed: set[int] = set()  # device counts (0 = peer) that already failed at a shorter length
+            failed: set[tuple] = set()  # (side, device count) that already failed at a shorter length
             for length in lengths:
-                runs = [(f"jax {n}dev" + (" fsdp x seq" if n > 1 else ""), n)
-                        for n in (int(d) for d in args.devices.split(","))]
+                runs = [("jax", f"jax {n}dev" + ({"seq": " fsdp x seq", "fsdp": " fsdp"}[args.mesh] if n > 1 else ""),
+                         n) for n in (int(d) for d in args.devices.split(","))]
                 if not args.no_torch:
-                    runs.append(("pytorch 1dev", 0))
-                for name, n in runs:
-                    if n in failed:
+                    runs += [("pytorch", f"pytorch {n}dev" + (" fsdp2" if n > 1 else ""), n)
+                             for n in (int(d) for d in args.peer_gpus.split(","))]
+                for side, name, n in runs:
+                    if (side, n) in failed:
                         res = {"skipped": "a shorter pair already failed"}
                     else:
-                        res = (bench_jax(model, stage, length, n, args) if n > 0
-                               else _run_peer_child(passthrough, f"{model},{stage},{length}"))
-                        if "skipped" in res and "devices needed" not in res["skipped"]:
-                            failed.add(n)
-                    res |= {"model": MODELS[model], "stage": stage, "length": length, "run": name,
-                            "devices": n, "layout": None if n == 0 else args.layout,
-                            "remat": None if n == 0 else args.remat}
+                        res = (bench_jax(model, stage, length, n, args) if side == "jax"
+                               else _run_peer_child(passthrough, f"{model},{stage},{length}", n, args.peer_timeout))
+                        if "skipped" in res:
+                            failed.add((side, n))
+                    res |= {"model": MODELS[model], "stage": stage, "length": length, "run": name, "side": side,
+                            "devices": n, "layout": None if side == "pytorch" else args.layout,
+                            "mesh": None if side == "pytorch" or n == 1 else args.mesh,
+                            "remat": None if side == "pytorch" else args.remat}
                     rows.append((MODELS[model], stage, f"2x{length}", name, res))
                     print(rows[-1], flush=True)
                     if args.json:
                         with open(args.json, "a", encoding="utf-8") as f:
                             f.write(json.dumps(res) + "\n")
-    header = ("| model | stage | pair | run | tokens/s | step s | MFU | peak GiB | predicted GiB | host GiB predicted "
-              "pinned / peak RSS | remat / note |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    header = ("| model | stage | pair | run | tokens/s | per GPU | ours / peer per GPU | step s | MFU | peak GiB | "
+              "predicted GiB | host GiB predicted pinned / peak RSS | remat / note |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [header]
-    for model, stage, pair, name, r in rows:
+    ratios = peer_ratios([r for *_, r in rows])
+    for (model, stage, pair, name, r), ratio in zip(rows, ratios):
         lines.append(f"| {model}{' (tiny)' if args.smoke else ''} | {stage} | {pair} | {name} | "
-                     f"{_fmt(r.get('tokens_per_s'), '.0f')} | {_fmt(r.get('step_s'), '.3f')} | "
+                     f"{_fmt(r.get('tokens_per_s'), '.0f')} | {_fmt(r.get('tokens_per_s_per_gpu'), '.0f')} | "
+                     f"{_fmt(ratio, '.2f')} | {_fmt(r.get('step_s'), '.3f')} | "
                      f"{_fmt(None if r.get('mfu') is None else 100 * r['mfu'], '.1f')} | "
                      f"{_fmt(r.get('peak_gib'), '.1f')} | {_fmt(r.get('predicted_gib'), '.1f')} | "
                      f"{_fmt(r.get('predicted_host_gib'), '.1f')} / {_fmt(r.get('host_rss_gib'), '.1f')} | "
