@@ -1,7 +1,7 @@
 """Mistral (issue 43): fp32 parity with transformers on tiny random checkpoints, both heads, GQA 1:1 / 2:1 /
 4:1, tied / untied, a head_dim unlike hidden / heads (Mistral-Nemo: 128 with hidden 5120 and 32 heads), default
-and linear RoPE; the export round trip; a sliding window (set, or left to MistralConfig's default of 4096 by an
-absent key) is refused while Mistral layers run full attention."""
+and linear RoPE; the export round trip; a sliding window on every layer (set, or MistralConfig's default of 4096
+for an absent key)."""
 
 import json
 
@@ -11,17 +11,16 @@ import torch  # noqa: F401  (the test extra installs it: a broken install fails 
 import transformers
 
 from longrm_jax import load_pretrained
-from longrm_jax.hf.load import CheckpointError
 from helpers.family_parity import check_causal_lm, check_classifier, check_round_trip, make_model
 
 VOCAB = 256
 
 
-def mistral_config(kv_heads=2, tied=False, head_dim=None, rope=None, **extra):
+def mistral_config(kv_heads=2, tied=False, head_dim=None, rope=None, sliding_window=None, **extra):
     rope_parameters = {"rope_type": "default", "rope_theta": 1e6, **(rope or {})}
     return transformers.MistralConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=256, sliding_window=None,
+        num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=256, sliding_window=sliding_window,
         rope_parameters=rope_parameters, tie_word_embeddings=tied, pad_token_id=0, bos_token_id=1, eos_token_id=2,
         rms_norm_eps=1e-5, **extra)
 
@@ -51,15 +50,19 @@ def test_classifier_parity_and_round_trip(tmp_path):
                      architecture="MistralForSequenceClassification")
 
 
-@pytest.mark.parametrize("window", [16, "absent"])
-def test_sliding_window_config_is_refused(tmp_path, window):
+def test_sliding_window(tmp_path):
+    """Mistral v0.1's sliding_window slides on every layer: 8 keys here, at 40 tokens."""
+    ref = make_model("MistralForCausalLM", mistral_config(2, sliding_window=8), tmp_path / "src")
+    model = load_pretrained(tmp_path / "src")
+    assert model.config.local_layers == (True, True) and model.config.sliding_window == 8
+    check_causal_lm(model, ref, VOCAB, width=40)
+    assert check_round_trip(model, tmp_path / "out", ref, "AutoModelForCausalLM", VOCAB).config.sliding_window == 8
+
+
+def test_absent_sliding_window_is_mistral_default(tmp_path):
+    """No 'sliding_window' key: transformers applies MistralConfig's 4096, and so do we."""
     make_model("MistralForCausalLM", mistral_config(2), tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    if window == "absent":
-        del config["sliding_window"]
-    else:
-        config["sliding_window"] = window
+    del config["sliding_window"]
     (tmp_path / "config.json").write_text(json.dumps(config))
-    expected = "4096 \\(absent" if window == "absent" else "16"
-    with pytest.raises(CheckpointError, match=f"'sliding_window' is {expected}.*not supported for Mistral"):
-        load_pretrained(tmp_path)
+    assert load_pretrained(tmp_path).config.sliding_window == 4096

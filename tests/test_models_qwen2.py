@@ -1,8 +1,6 @@
 """Qwen2 / Qwen2.5 (issue 43): fp32 parity with transformers on tiny random checkpoints, both heads, GQA 1:1 /
-4:1, tied / untied, default and YaRN RoPE; q/k/v biases without an o_proj bias; the export round trip; a
-config that turns sliding windows on is refused."""
-
-import json
+4:1, tied / untied, default and YaRN RoPE; q/k/v biases without an o_proj bias; sliding-window layers
+(use_sliding_window, max_window_layers); the export round trip."""
 
 import pytest
 
@@ -10,7 +8,6 @@ import torch  # noqa: F401  (the test extra installs it: a broken install fails 
 import transformers
 
 from longrm_jax import load_pretrained
-from longrm_jax.hf.load import CheckpointError
 from helpers.family_parity import check_causal_lm, check_classifier, check_round_trip, make_model
 
 VOCAB = 256
@@ -47,10 +44,12 @@ def test_classifier_parity_and_round_trip(tmp_path):
                      architecture="Qwen2ForSequenceClassification")
 
 
-def test_sliding_window_config_is_refused(tmp_path):
-    make_model("Qwen2ForCausalLM", qwen2_config(2), tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
-    config.update(use_sliding_window=True, sliding_window=16, max_window_layers=1)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="use_sliding_window.*not supported for Qwen2"):
-        load_pretrained(tmp_path)
+def test_sliding_window_layers(tmp_path):
+    """use_sliding_window: the layers from max_window_layers on see the 8 latest keys (40 tokens here)."""
+    config = qwen2_config(2, use_sliding_window=True, sliding_window=8, max_window_layers=1)
+    ref = make_model("Qwen2ForCausalLM", config, tmp_path / "src")
+    model = load_pretrained(tmp_path / "src")
+    assert model.config.local_layers == (False, True) and model.config.sliding_window == 8
+    check_causal_lm(model, ref, VOCAB, width=40)
+    reloaded = check_round_trip(model, tmp_path / "out", ref, "AutoModelForCausalLM", VOCAB)
+    assert reloaded.config.layer_types == ["full_attention", "sliding_attention"]

@@ -253,23 +253,22 @@ def _rope_from_hf(hf: Mapping[str, Any]) -> tuple[str, float, dict[str, Any]]:
     return rope_type, float(params["rope_theta"]), scaling
 
 
-def _check_no_sliding_window(hf: Mapping[str, Any], family: str) -> None:
-    """Refuse a config whose layers would attend through a sliding window (not modelled for this family):
-    running full attention instead would silently change every output past the window."""
-    if family == "qwen2" and hf.get("use_sliding_window"):
-        raise ValueError(
-            f"config key 'use_sliding_window' is true (sliding_window={hf.get('sliding_window')}, "
-            f"max_window_layers={hf.get('max_window_layers')}); sliding-window attention is not supported for "
-            "Qwen2 (released Qwen2 / Qwen2.5 checkpoints set it false)")
+def _window_fields(hf: Mapping[str, Any], family: str, num_layers: int) -> dict:
+    """``sliding_window`` and ``layer_types`` as transformers derives them: Qwen2 / Qwen3 with
+    ``use_sliding_window``: the layers from ``max_window_layers`` on (or as ``layer_types`` lists them); Mistral:
+    every layer unless ``sliding_window`` is null (an absent key is MistralConfig's default, 4096)."""
+    if family in ("qwen2", "qwen3") and hf.get("use_sliding_window") and hf.get("sliding_window") is not None:
+        start = int(hf.get("max_window_layers", num_layers))
+        types = hf.get("layer_types") or ["sliding_attention" if i >= start else "full_attention"
+                                          for i in range(num_layers)]
+        return dict(sliding_window=int(hf["sliding_window"]), layer_types=tuple(types))
     if family == "mistral":
         window = hf["sliding_window"] if "sliding_window" in hf else MISTRAL_DEFAULT_SLIDING_WINDOW
         if window is not None:
-            raise ValueError(
-                f"config key 'sliding_window' is {window}"
-                + ("" if "sliding_window" in hf else " (absent: MistralConfig's default)")
-                + "; sliding-window attention is not supported for Mistral (v0.3 and Nemo set it null)")
-    if family in ("llama", "qwen3") and hf.get("use_sliding_window"):
-        raise ValueError("config key 'use_sliding_window' is true; sliding-window attention is not supported")
+            return dict(sliding_window=int(window), layer_types=("sliding_attention",) * num_layers)
+    if family == "llama" and hf.get("use_sliding_window"):
+        raise ValueError("config key 'use_sliding_window' is true; Llama has no sliding-window attention")
+    return {}
 
 
 def from_hf_config(hf: Mapping[str, Any], *, head: str | None = None, **overrides) -> ModelConfig:
@@ -304,9 +303,8 @@ def from_hf_config(hf: Mapping[str, Any], *, head: str | None = None, **override
         act = hf.get("hidden_act", "silu")
         if act != "silu":
             raise ValueError(f"config key 'hidden_act' is {act!r}; only 'silu' is supported")
-        _check_no_sliding_window(hf, family)
         rope_type, rope_theta, scaling = _rope_from_hf(hf)
-        gemma = {}
+        gemma = _window_fields(hf, family, int(hf["num_hidden_layers"]))
     num_heads = int(hf["num_attention_heads"])
     head_dim = hf.get("head_dim") or int(hf["hidden_size"]) // num_heads
     # HF semantics: id2label decides the label count; PretrainedConfig's default is 2.
@@ -340,7 +338,7 @@ def from_hf_config(hf: Mapping[str, Any], *, head: str | None = None, **override
         eos_token_id=tuple(eos) if isinstance(eos, list) else eos,
         initializer_range=float(hf.get("initializer_range", 0.02)),
     )
-    fields.update(gemma)
+    fields.update(gemma)  # Gemma 3's fields, or the window of the others
     dtype = hf.get("dtype") or hf.get("torch_dtype")
     if dtype and "param_dtype" not in overrides:
         fields["param_dtype"] = str(dtype)
@@ -394,11 +392,19 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str | None = None, base: Mapping[st
     elif cfg.family == "gemma3":
         out = gemma3_hf_config(out, cfg)
     elif cfg.family == "mistral":
-        out["sliding_window"] = None  # full attention on every layer (None, not absent: absent means 4096)
+        if any(cfg.local_layers) and not all(cfg.local_layers):
+            raise ValueError("Mistral configs slide the window on every layer or none; layer_types mixes both")
+        # None, not absent, for full attention: an absent key means MistralConfig's 4096.
+        out["sliding_window"] = cfg.sliding_window if any(cfg.local_layers) else None
+    elif any(cfg.local_layers):  # Qwen2 / Qwen3: the window on the layers layer_types marks
+        local = cfg.local_layers
+        out.update(use_sliding_window=True, sliding_window=cfg.sliding_window, max_window_layers=local.index(True),
+                   layer_types=["sliding_attention" if x else "full_attention" for x in local])
     else:  # Qwen2 / Qwen3: full attention on every layer
-        out.setdefault("use_sliding_window", False)
+        out["use_sliding_window"] = False
         out.setdefault("sliding_window", None)
         out.setdefault("max_window_layers", cfg.num_layers)
+        out.pop("layer_types", None)
     if cfg.head == "classifier" or cfg.num_labels != 2:
         out["id2label"] = {str(i): f"LABEL_{i}" for i in range(cfg.num_labels)}
         out["label2id"] = {f"LABEL_{i}": i for i in range(cfg.num_labels)}
