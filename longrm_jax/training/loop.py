@@ -24,6 +24,7 @@ from longrm_jax.cli_support import InputError
 from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.training import batches as batch_lib
 from longrm_jax.training.checkpoint import Checkpointer, completed_steps, is_training_checkpoint, saved_run_config
+from longrm_jax.training.checkpoint_check import find_resume_point, restore_newest_intact
 from longrm_jax.training.config import TrainConfig, to_yaml
 from longrm_jax.training.data_source import (count_batches, degenerate_groups, eval_batches, load_tokenizer,
                                              missing_eval_reason, train_iterator, train_records)
@@ -33,9 +34,8 @@ from longrm_jax.training.host_memory import check_data_buffers
 from longrm_jax.training.interrupt import StopSignals, TrainingInterrupted
 from longrm_jax.training.memory_plan import GiB, peak_device_gib, plan_train_step, predicted_host
 from longrm_jax.training.model_setup import codec_for, load_model, model_config
-from longrm_jax.training.run_dir import (ResumeMismatchError, SetAside, adopt_set_aside_runs,
-                                         check_fresh_run_allowed, check_resume_compatible, set_aside_previous_run,
-                                         trim_metrics)
+from longrm_jax.training.run_dir import (SetAside, adopt_set_aside_runs, check_fresh_run_allowed,
+                                         check_resume_compatible, set_aside_previous_run, trim_metrics)
 from longrm_jax.training.run_lock import RunLock
 from longrm_jax.training.state import abstract_state, create_state, lr_schedule, make_optimizer
 from longrm_jax.training.steps import (PREFERENCE_METRICS, StageSpec, jit_train_step, make_eval_step,
@@ -181,8 +181,11 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
     schedule = lr_schedule(cfg.optim, inputs.total_steps)
     state_key = jax.random.key(cfg.seed + 1)
     cfg, plan, first_spec = _plan_step(cfg, inputs, tx, schedule, state_key)
-    if inputs.resumable:  # before any weight is read or anything written: one line naming what differs
-        saved, saved_step = saved_run_config(inputs.ckpt_dir)
+    point = None
+    if inputs.resumable:  # before any weight is read or anything written: one line naming what differs, read
+        # from the newest step whose files are intact (training.checkpoint_check: a corrupt one is named, skipped)
+        point = find_resume_point(inputs.ckpt_dir, completed_steps(inputs.ckpt_dir))
+        saved, saved_step = saved_run_config(inputs.ckpt_dir, point.step)
         check_resume_compatible(saved, cfg.to_dict(), inputs.ckpt_dir, saved_step)
 
     # Built outside the mesh context: abstract NNX models would try to read their logical axis names as mesh
@@ -204,9 +207,11 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
         _log(f"data: packing windows of {iterator.cfg.resolved_window_groups} groups"
              f"{' (auto)' if cfg.data.window_groups is None else ''}, rows of {max(iterator.buckets)} tokens")
         aside = None
-        if inputs.resumable:
-            ckpt = _checkpointer(cfg, inputs, plan)
-            state, start = _restore(ckpt, state, iterator, inputs.ckpt_dir)
+        if inputs.resumable:  # a state that does not fit is one line (ResumeMismatchError), not orbax's tree dump
+            ckpt, state, data_state, start = restore_newest_intact(point, lambda: _checkpointer(cfg, inputs, plan),
+                                                                   state)
+            iterator.set_state(data_state)
+            _log(f"resumed from {inputs.ckpt_dir} at step {start}")
             # Runs an interrupted rerun had set aside: this run replaces them as it would have.
             aside = adopt_set_aside_runs(cfg.output_dir, inputs.ckpt_dir, cfg.checkpoint.overwrite)
         else:
@@ -327,20 +332,6 @@ def _write_run_record(cfg: TrainConfig, plan) -> None:
     with open(os.path.join(cfg.output_dir, "config.yaml"), "w") as f:
         f.write(to_yaml(cfg))
     plan.write(os.path.join(cfg.output_dir, "memory_plan.json"))
-
-
-def _restore(ckpt: Checkpointer, state, iterator, ckpt_dir: str):
-    """(state, first step) of the newest checkpoint. The settings were compared before (run_dir); a state that
-    still does not fit is reported in one line, not as orbax's tree dump."""
-    try:
-        state, data_state, start = ckpt.restore(state)
-    except (ValueError, KeyError, TypeError) as e:
-        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
-        raise ResumeMismatchError(f"cannot resume from {ckpt_dir}: its state does not fit this run's "
-                                  f"({first[:200]}); resume with the checkpoint's settings or start a new run") from e
-    iterator.set_state(data_state)
-    _log(f"resumed from {ckpt_dir} at step {start}")
-    return state, start
 
 
 class _StepsByGroups:
