@@ -105,3 +105,23 @@ def test_unsupported_settings_are_refused(tmp_path):
         (tmp_path / "config.json").write_text(json.dumps({**config, key: value}))
         with pytest.raises(CheckpointError, match=message):
             load_pretrained(tmp_path)
+
+
+def test_ring_attention_over_a_seq_mesh(tmp_path):
+    """On a mesh with a seq axis (tokens in zigzag order) local layers run ring attention with the window,
+    global ones the plain ring: the logits equal one device's."""
+    from longrm_jax.parallel.mesh import make_mesh
+    from longrm_jax.parallel.zigzag import zigzag_reorder, zigzag_restore
+
+    make_model("Gemma3ForCausalLM", text_config(kv_heads=2), tmp_path)
+    model = load_pretrained(tmp_path)
+    ids = jnp.asarray(np.random.default_rng(6).integers(3, VOCAB, (2, 32)), jnp.int32)
+    seg = jnp.asarray(np.repeat([[1] * 20 + [2] * 12], 2, axis=0), jnp.int32)
+    pos = jnp.concatenate([jnp.arange(20), jnp.arange(12)])[None].repeat(2, 0).astype(jnp.int32)
+    forward = jax.jit(lambda m, i, p, s: m(i, p, s))
+    want = np.asarray(forward(model, ids, pos, seg))
+    mesh = make_mesh(data=2, fsdp=1, seq=4)
+    sharded = load_pretrained(tmp_path, mesh=mesh)
+    with jax.set_mesh(mesh):
+        got = forward(sharded, *(zigzag_reorder(x, 4) for x in (ids, pos, seg)))
+    assert rel_err(zigzag_restore(np.asarray(got), 4), want) <= TOL

@@ -1,7 +1,8 @@
 """Sliding windows in the attention contract (issue 43, for Gemma 3's local layers): XLA's blockwise attention
 honours ``window`` (forward and gradients equal the dense reference, packed rows and GQA included) and skips key
-blocks wholly outside it; every kernel that does not honour a window refuses it, ``auto`` picks XLA on one
-device and refuses under a ring (``seq``) mesh, never attending over the whole sequence."""
+blocks wholly outside it; ring attention on 8 fake CPU devices honours it too (zigzag or contiguous shards,
+gradients included) and computes only the block pairs the window reaches; every kernel that does not honour a
+window refuses it, never attending over the whole sequence."""
 
 import jax
 import jax.numpy as jnp
@@ -11,8 +12,11 @@ import pytest
 from longrm_jax.ops import attention
 from longrm_jax.ops.attention import dense_reference
 from longrm_jax.ops.contract import AttentionNotSupportedError
+from longrm_jax.ops.ring import ring_attention
+from longrm_jax.ops.ring_window import computed_blocks
 from longrm_jax.ops.xla_attention import _block_skipped, xla_attention_with_lse
 from longrm_jax.parallel.mesh import make_mesh
+from longrm_jax.parallel.zigzag import zigzag_reorder, zigzag_restore
 
 
 def _qkv(t=60, hq=4, hkv=2, d=16, seed=0):
@@ -38,8 +42,8 @@ def test_xla_window_matches_dense_forward_and_gradients(window):
 
     np.testing.assert_allclose(ours(q, k, v), ref(q, k, v), rtol=1e-5, atol=1e-5)
     cot = jax.random.normal(jax.random.key(9), q.shape)
-    g_ours = jax.grad(lambda *a: jnp.sum(ours(*a) * cot), argnums=(0, 1, 2))(q, k, v)
-    g_ref = jax.grad(lambda *a: jnp.sum(ref(*a) * cot), argnums=(0, 1, 2))(q, k, v)
+    g_ours = jax.jit(jax.grad(lambda *a: jnp.sum(ours(*a) * cot), argnums=(0, 1, 2)))(q, k, v)
+    g_ref = jax.jit(jax.grad(lambda *a: jnp.sum(ref(*a) * cot), argnums=(0, 1, 2)))(q, k, v)
     for a, b in zip(g_ours, g_ref):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
     # The entry point with impl="auto" takes the same path on one device.
@@ -66,15 +70,54 @@ def test_blocks_outside_the_window_are_skipped():
     assert not bool(_block_skipped(q_pos, jnp.arange(0, 8), True, None))  # no window: causal only
 
 
-@pytest.mark.parametrize("impl", ["cudnn", "pallas", "pallas-mosaic", "pallas-triton", "splash", "ring"])
+@pytest.mark.parametrize("impl", ["cudnn", "pallas", "pallas-mosaic", "pallas-triton", "splash"])
 def test_kernels_without_window_support_refuse(impl):
     q, k, v = _qkv(t=16)
     with pytest.raises(AttentionNotSupportedError, match="does not honour a sliding window"):
         attention(q, k, v, impl=impl, window=4, interpret=impl == "splash")
+    with jax.set_mesh(make_mesh(data=1, fsdp=-1, seq=2)), pytest.raises(AttentionNotSupportedError, match="XLA"):
+        ring_attention(q, k, v, impl=impl, window=4, interpret=impl == "splash")
 
 
-def test_auto_under_a_ring_mesh_refuses_a_window():
-    q, k, v = _qkv(t=16)
-    with jax.set_mesh(make_mesh(data=1, fsdp=-1, seq=2)):
-        with pytest.raises(AttentionNotSupportedError, match="'ring' does not honour a sliding window"):
-            attention(q, k, v, window=4)
+@pytest.mark.parametrize("mesh_sizes,zigzag,window", [
+    (dict(data=2, fsdp=1, seq=4), True, 6),  # zigzag chunks of 8 tokens: a window over two chunks
+    (dict(data=1, fsdp=1, seq=8), False, 11),  # contiguous shards of 8 tokens: over three
+])
+def test_ring_with_window_matches_one_device(mesh_sizes, zigzag, window):
+    q, k, v = _qkv(t=64)
+    seg = jnp.asarray(np.repeat([[1] * 30 + [2] * 30 + [0] * 4], 2, axis=0), jnp.int32)
+    cot = jax.random.normal(jax.random.key(8), q.shape)
+    mesh = make_mesh(**mesh_sizes)
+    n = mesh.shape["seq"]
+    order = (lambda x: zigzag_reorder(x, n)) if zigzag else (lambda x: x)
+    undo = (lambda x: zigzag_restore(x, n)) if zigzag else (lambda x: x)
+
+    def ring(q, k, v):
+        if zigzag:  # the model's path: impl="auto" under a seq mesh
+            return attention(q, k, v, segment_ids=order(seg), window=window)
+        return ring_attention(q, k, v, segment_ids=seg, window=window, zigzag=False)
+
+    def step(q, k, v, cot):
+        out, vjp = jax.vjp(ring, q, k, v)
+        return out, vjp(cot)
+
+    with jax.set_mesh(mesh):
+        out, grads = jax.jit(step)(*(order(x) for x in (q, k, v, cot)))
+
+    def ref(q, k, v):
+        return dense_reference(q, k, v, segment_ids=seg, window=window)
+
+    np.testing.assert_allclose(undo(out), ref(q, k, v), rtol=1e-5, atol=1e-5)
+    want = jax.grad(lambda *a: jnp.sum(ref(*a) * cot), argnums=(0, 1, 2))(q, k, v)
+    for g, w in zip(grads, want):
+        np.testing.assert_allclose(undo(g), w, rtol=1e-4, atol=1e-4)
+
+
+def test_ring_computes_only_the_blocks_the_window_reaches():
+    """8 devices, 128 tokens in zigzag chunks of 8 (XLA blocks of 8): of 256 block pairs a causal ring computes
+    the 136 on or below the diagonal, a window of 8 only 31 (each block and the one before it, but the first),
+    counted with XLA attention's own skip test on the positions the ring passes it."""
+    assert computed_blocks(8, 16, True, window=None) == 16 * 17 // 2
+    assert computed_blocks(8, 16, True, window=8) == 16 + 15
+    assert computed_blocks(8, 16, True, window=1) == 16
+    assert computed_blocks(4, 32, False, window=40) == 4 + 3 + 2  # contiguous blocks of 32: two back at most

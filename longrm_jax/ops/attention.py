@@ -72,7 +72,8 @@ def attention(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None
     q_seg, kv_seg = split_segment_ids(segment_ids, q.shape[1], k.shape[1])
     name = resolve_impl(impl, has_segment_ids=q_seg is not None, cross_lengths=q.shape[1] != k.shape[1],
                         dtype=q.dtype, window=window)
-    check_window(name, window, causal)  # ring attention too: it does not skip or mask by a window yet
+    # Ring attention honours a window on XLA blocks (ring_attention refuses other block kernels).
+    check_window("xla" if name == "ring" and impl in ("auto", "ring") else name, window, causal)
     if name in PALLAS_IMPLS and mesh_size() > 1 and q.shape[1] == k.shape[1] and q_seg is kv_seg:
         # Pallas custom calls cannot be partitioned by the compiler: run them per batch/head shard
         # (shard_map, a ring of one when there is no seq axis).
@@ -83,7 +84,7 @@ def attention(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None
         if q_seg is not kv_seg:
             raise AttentionNotSupportedError("ring attention takes one segment_ids array (self-attention)")
         return ring_attention(q, k, v, segment_ids=q_seg, causal=causal, scale=scale,
-                              impl="auto" if impl in ("auto", "ring") else impl, interpret=interpret)
+                              impl="auto" if impl in ("auto", "ring") else impl, interpret=interpret, window=window)
     check_interpret(name, interpret)
     if name == "xla":
         out, _ = xla_attention_with_lse(q, k, v, q_segment_ids=q_seg, kv_segment_ids=kv_seg, causal=causal,

@@ -38,26 +38,16 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec as P
 
 from longrm_jax.ops import cudnn_flash
-from longrm_jax.ops.contract import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME, check_shapes
+from longrm_jax.ops.contract import (ATTENTION_LSE_NAME, ATTENTION_OUT_NAME, AttentionNotSupportedError,
+                                     check_shapes)
 from longrm_jax.ops.dispatch import block_kernel, local_impl
+from longrm_jax.ops.ring_window import merge_partial, window_bwd_block, window_fwd_block
 from longrm_jax.parallel.placement import BATCH_AXES, divisible_axes
 
 HEAD_AXIS = "tensor"
 
 
 # ------------------------------------------------------------------------------------------ LSE helpers
-
-
-def _lse_weight(lse, total):  # exp(lse - total), 0 where the partial result saw nothing
-    return jnp.where(jnp.isneginf(lse), 0.0, jnp.exp(lse - jnp.where(jnp.isneginf(total), 0.0, total)))
-
-
-def _merge(out_acc, lse_acc, out, lse):
-    """Combine two normalised partial attentions (out [B,T,H,D] fp32, lse [B,H,T]) over disjoint keys."""
-    total = jnp.logaddexp(lse_acc, lse)  # -inf only when both are -inf
-    w_acc = _lse_weight(lse_acc, total).transpose(0, 2, 1)[..., None]
-    w_new = _lse_weight(lse, total).transpose(0, 2, 1)[..., None]
-    return out_acc * w_acc + out.astype(jnp.float32) * w_new, total
 
 
 def _pad_half(x, axis, first):
@@ -159,7 +149,7 @@ def _ring_perm(n):
     return [(i, (i + 1) % n) for i in range(n)]  # at step s device r holds the block of device r - s
 
 
-def _ring_forward(q, k, v, q_seg, kv_seg, *, axis, n, kernel, causal, zigzag, scale):
+def _ring_forward(q, k, v, q_seg, kv_seg, *, axis, n, kernel, causal, zigzag, scale, window):
     me = lax.axis_index(axis) if n > 1 else 0
     perm = _ring_perm(n)
     b, t, h, d = q.shape
@@ -170,13 +160,17 @@ def _ring_forward(q, k, v, q_seg, kv_seg, *, axis, n, kernel, causal, zigzag, sc
         # Issue the next block's transfer first: it does not depend on this step's compute.
         nxt = lax.ppermute(kv, axis, perm) if step < n - 1 else None
         src = (me - step) % n
-        out, lse = _fwd_block(kernel, step, src, me, q, kv[0], kv[1], q_seg, kv[2], causal, zigzag, scale)
-        out_acc, lse_acc = _merge(out_acc, lse_acc, out, lse)
+        if window is None:
+            out, lse = _fwd_block(kernel, step, src, me, q, kv[0], kv[1], q_seg, kv[2], causal, zigzag, scale)
+        else:  # a sliding-window layer: XLA blocks on global positions, pairs outside the window skipped
+            out, lse = window_fwd_block(q, kv[0], kv[1], q_seg, kv[2], me, src, n=n, zigzag=zigzag, window=window,
+                                        scale=scale)
+        out_acc, lse_acc = merge_partial(out_acc, lse_acc, out, lse)
         kv = nxt
     return out_acc.astype(q.dtype), lse_acc
 
 
-def _ring_backward(q, k, v, out, lse, dout, q_seg, kv_seg, *, axis, n, kernel, causal, zigzag, scale):
+def _ring_backward(q, k, v, out, lse, dout, q_seg, kv_seg, *, axis, n, kernel, causal, zigzag, scale, window):
     me = lax.axis_index(axis) if n > 1 else 0
     perm = _ring_perm(n)
     dq = jnp.zeros(q.shape, jnp.float32)
@@ -185,8 +179,12 @@ def _ring_backward(q, k, v, out, lse, dout, q_seg, kv_seg, *, axis, n, kernel, c
     for step in range(n):
         nxt = lax.ppermute(kv, axis, perm) if step < n - 1 else None
         src = (me - step) % n
-        dq_s, dk_s, dv_s = _bwd_block(kernel, step, src, me, q, kv[0], kv[1], out, lse, dout, q_seg, kv[2],
-                                      causal, zigzag, scale)
+        if window is None:
+            dq_s, dk_s, dv_s = _bwd_block(kernel, step, src, me, q, kv[0], kv[1], out, lse, dout, q_seg, kv[2],
+                                          causal, zigzag, scale)
+        else:
+            dq_s, dk_s, dv_s = window_bwd_block(q, kv[0], kv[1], out, lse, dout, q_seg, kv[2], me, src, n=n,
+                                                zigzag=zigzag, window=window, scale=scale)
         dq = dq + dq_s
         # The accumulators travel with their key block; after n hops they are back on the owner.
         dkv = (dkv[0] + dk_s, dkv[1] + dv_s)
@@ -228,12 +226,12 @@ _ring.defvjp(_ring_fwd, _ring_bwd)
 class _RingConfig:
     """Static ring settings (hashable, so it can be a custom_vjp non-differentiable argument)."""
 
-    def __init__(self, axis, n, kernel, causal, zigzag, scale):
-        self._items = (axis, n, kernel, bool(causal), bool(zigzag), float(scale))
+    def __init__(self, axis, n, kernel, causal, zigzag, scale, window=None):
+        self._items = (axis, n, kernel, bool(causal), bool(zigzag), float(scale), window)
 
     def kwargs(self):
-        axis, n, kernel, causal, zigzag, scale = self._items
-        return dict(axis=axis, n=n, kernel=kernel, causal=causal, zigzag=zigzag, scale=scale)
+        axis, n, kernel, causal, zigzag, scale, window = self._items
+        return dict(axis=axis, n=n, kernel=kernel, causal=causal, zigzag=zigzag, scale=scale, window=window)
 
     def __hash__(self):
         return hash(self._items)
@@ -246,7 +244,7 @@ class _RingConfig:
 
 
 def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=True, zigzag=True,
-                   impl="auto", scale=None, interpret=False):
+                   impl="auto", scale=None, interpret=False, window=None):
     """Attention with the sequence split over mesh axis ``axis``; same math as ``ops.attention``.
 
     q [B, T, Hq, D], k/v [B, T, Hkv, D], segment_ids [B, T] are *global* arrays (under ``jit``, typically
@@ -259,6 +257,8 @@ def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=T
     blocks, cuDNN backward blocks from the global out/LSE), ``pallas-mosaic``, ``pallas-triton``, or
     ``cudnn`` (its blocks' backward needs JAX's private cuDNN API, see ``ops.cudnn_flash``), or ``splash``
     (TPU; the default there; ``interpret=True`` runs its blocks in the Pallas interpreter on any backend).
+    ``window`` (causal only): a sliding window, on ``xla`` blocks only (``ops.ring_window``: the block pairs
+    outside the window are skipped); other block kernels refuse it.
     """
     check_shapes(q, k, v)
     if mesh is None:
@@ -276,8 +276,11 @@ def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=T
     if t % parts:
         raise ValueError(f"sequence length {t} must be divisible by {parts} for {n} ring shards"
                          f"{' (zigzag)' if zigzag else ''}")
+    if window is not None and (not causal or impl not in ("auto", "ring", "xla")):
+        raise AttentionNotSupportedError(f"ring attention with a sliding window (window={window}) runs XLA blocks "
+                                         f"on causal attention only (got impl={impl!r}, causal={causal})")
     if impl in ("auto", "ring"):
-        impl = local_impl("auto", has_segment_ids=segment_ids is not None, dtype=q.dtype)
+        impl = local_impl("auto", has_segment_ids=segment_ids is not None, dtype=q.dtype, window=window)
         if impl == "cudnn":
             if not cudnn_flash.available():  # no cuDNN backward from global statistics: train with xla
                 impl = "xla"
@@ -288,7 +291,7 @@ def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=T
     heads = divisible_axes(mesh, (HEAD_AXIS,), math.gcd(hq, k.shape[2]), exclude=(axis,))
     qkv_spec = P(batch, seq_axis, heads, None)
     seg_spec = P(batch, seq_axis)
-    cfg = _RingConfig(axis, n, kernel, causal, zigzag and n > 1, scale)
+    cfg = _RingConfig(axis, n, kernel, causal, zigzag and n > 1, scale, None if window is None else int(window))
 
     if segment_ids is None:
         def per_device(q, k, v):

@@ -305,7 +305,7 @@ def xla_attention_with_lse(q, k, v, *, q_segment_ids=None, kv_segment_ids=None, 
 
 def xla_attention_bwd(q, k, v, out, lse, dout, *, q_segment_ids=None, kv_segment_ids=None, causal=True,
                       scale=None, q_positions=None, kv_positions=None, block_q=DEFAULT_BLOCK_Q,
-                      block_k=DEFAULT_BLOCK_K):
+                      block_k=DEFAULT_BLOCK_K, window=None):
     """dq, dk, dv (fp32) of one q/kv block pair, from the *global* ``out`` and ``lse`` of the queries.
 
     With the global (all-blocks) out/lse, the result is exactly this key block's share of the gradient:
@@ -318,7 +318,8 @@ def xla_attention_bwd(q, k, v, out, lse, dout, *, q_segment_ids=None, kv_segment
     lay = _Layout(q, k, q_pos, kv_pos, q_segment_ids, kv_segment_ids, block_q, block_k)
     dq, dk, dv = _backward_blocks(lay.q_in(q), lay.kv_in(k), lay.kv_in(v), lay.q_in(out), lay.lse_in(lse),
                                   lay.q_in(dout), None, lay.q_pos, lay.kv_pos, lay.q_seg, lay.kv_seg,
-                                  bool(causal), scale, lay.block_q, lay.block_k, lay.kv_padded)
+                                  bool(causal), scale, lay.block_q, lay.block_k, lay.kv_padded,
+                                  _check_window(window, causal))
     return lay.q_out(dq), dk[:, : lay.s], dv[:, : lay.s]
 
 
