@@ -125,3 +125,63 @@ def test_ring_attention_over_a_seq_mesh(tmp_path):
     with jax.set_mesh(mesh):
         got = forward(sharded, *(zigzag_reorder(x, 4) for x in (ids, pos, seg)))
     assert rel_err(zigzag_restore(np.asarray(got), 4), want) <= TOL
+
+
+# Gemma 3 configs as released (google/gemma-3-1b-it, google/gemma-3-4b-it, config.json as of transformers 4.50):
+# sparse text_config, 4.x RoPE keys, sliding_window_pattern instead of layer_types.
+GEMMA3_1B = {"architectures": ["Gemma3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+             "attn_logit_softcapping": None, "bos_token_id": 2, "cache_implementation": "hybrid",
+             "eos_token_id": [1, 106], "final_logit_softcapping": None, "head_dim": 256,
+             "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152, "initializer_range": 0.02,
+             "intermediate_size": 6912, "max_position_embeddings": 32768, "model_type": "gemma3_text",
+             "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1, "pad_token_id": 0,
+             "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000,
+             "rope_scaling": None, "rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6,
+             "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 262144}
+GEMMA3_4B = {"architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999,
+             "eoi_token_index": 256000, "eos_token_id": [1, 106], "image_token_index": 262144,
+             "initializer_range": 0.02, "mm_tokens_per_image": 256, "model_type": "gemma3",
+             "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                             "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                             "sliding_window": 1024},
+             "torch_dtype": "bfloat16",
+             "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                               "model_type": "siglip_vision_model", "num_attention_heads": 16,
+                               "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": False}}
+
+
+@pytest.mark.parametrize("name", ["1b", "4b"])
+def test_released_configs_read_as_transformers_reads_them(name):
+    from longrm_jax.models.config import from_hf_config
+
+    raw = GEMMA3_1B if name == "1b" else GEMMA3_4B
+    cfg = from_hf_config(raw)
+    hf = transformers.Gemma3TextConfig(**raw) if name == "1b" else transformers.Gemma3Config(**raw).text_config
+    assert list(cfg.layer_types) == hf.layer_types and cfg.sliding_window == hf.sliding_window
+    assert (cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size) == (
+        hf.num_hidden_layers, hf.num_attention_heads, hf.num_key_value_heads, hf.head_dim, hf.vocab_size)
+    assert cfg.query_pre_attn_scalar == hf.query_pre_attn_scalar and cfg.tie_word_embeddings
+    glob, local = hf.rope_parameters["full_attention"], hf.rope_parameters["sliding_attention"]
+    assert (cfg.rope_type, cfg.rope_theta, cfg.rope_scaling_dict.get("factor")) == (
+        glob["rope_type"], glob["rope_theta"], glob.get("factor"))
+    assert cfg.local_rope_theta == local["rope_theta"] == 10000 and cfg.eos_token_id == (1, 106)
+    assert sum(cfg.local_layers) == cfg.num_layers - cfg.num_layers // 6  # five local layers per global one
+
+
+def test_causal_checkpoint_as_score_head_and_other_prefix(tmp_path):
+    """A Gemma3ForCausalLM loaded as a reward model (DisRM): tied, so no lm_head to drop; a new score head on
+    HF's last hidden states. And the multimodal layout's other prefix (model.language_model.*) loads too."""
+    from safetensors.torch import load_file, save_file
+
+    ref = make_model("Gemma3ForConditionalGeneration", multimodal_config(kv_heads=2), tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    renamed = {k.replace("language_model.model.", "model.language_model.")
+               .replace("vision_tower.", "model.vision_tower."): v for k, v in weights.items()}
+    assert any(k.startswith("model.language_model.") for k in renamed)
+    save_file(renamed, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    model = load_pretrained(tmp_path, head="classifier")
+    assert type(model).__name__ == "SequenceClassifier" and model.config.num_labels == 1
+    ids = np.random.default_rng(7).integers(3, VOCAB, (1, 30))
+    with torch.no_grad():
+        hidden = ref.model.language_model(torch.tensor(ids)).last_hidden_state.numpy()
+    assert rel_err(model.hidden_states(jnp.asarray(ids, jnp.int32)), hidden) <= TOL

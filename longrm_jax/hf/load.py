@@ -233,8 +233,10 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, SafetensorsFile], *, me
     for (path, var), rule in zip(flat, rule_list):
         for name in rule.hf_names:
             if name not in tensors:
-                if rule.path == ("score",) and "lm_head.weight" in tensors:
-                    fresh.add(rule.path)  # causal-LM checkpoint loaded as a classifier: new score head
+                if rule.path == ("score",) and ("lm_head.weight" in tensors or cfg.tie_word_embeddings):
+                    # A causal-LM checkpoint loaded as a classifier (tied ones, e.g. Gemma 3 or the small Qwen
+                    # sizes, store no lm_head): a new score head.
+                    fresh.add(rule.path)
                     break
                 missing.append(name)
                 continue

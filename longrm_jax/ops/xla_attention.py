@@ -8,8 +8,9 @@ residuals are q, k, v, the output and the LSE.
 
 Masking is expressed through integer *positions* (causal: key j visible to query i iff ``kv_pos[j] <=
 q_pos[i]``; with a sliding ``window`` W also ``kv_pos[j] > q_pos[i] - W``) and *segment ids* (visible iff
-equal). Blocks that the causal mask or the window hides completely are skipped with ``lax.cond`` (the compute really is not executed; under ``vmap`` it would become a select,
-which is why the block loops here are ``lax.scan``s, never vmapped).
+equal). Blocks that the causal mask or the window hides completely are skipped with ``lax.cond`` (the compute
+really is not executed; under ``vmap`` it would become a select, which is why the block loops here are
+``lax.scan``s, never vmapped).
 
 A query row that sees no key at all gets output 0 and LSE ``-inf`` (ring attention relies on this).
 """
