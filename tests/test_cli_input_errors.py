@@ -122,3 +122,36 @@ def test_eval_source_takes_a_split_like_the_training_source(tmp_path):
     cfg = load_config(None, [f"data.eval_source={tmp_path / 'missing.jsonl'}"])
     with pytest.raises(FileNotFoundError, match=r"^data.eval_source: .*missing.jsonl does not exist"):
         eval_batches(cfg, load_tokenizer(cfg.data))
+
+
+# Issue 42 item 5: input errors that exited 1 (kept for bugs). In-process: a subprocess would add only imports.
+@pytest.mark.parametrize("setting, message", [
+    ("model.overrides.num_layer=3", "error: config + --set: model.overrides: unknown ModelConfig field 'num_layer'; "
+                                    "did you mean num_layers?"),
+    ("model.overrides.num_layers=0", "error: config + --set: model.overrides.num_layers must be an integer >= 1; "
+                                     "got 0"),
+])
+def test_bad_model_overrides_exit_2_in_one_line_before_anything_runs(tmp_path, capsys, monkeypatch, setting,
+                                                                      message):
+    """num_layers=0 used to train, then fail saving ("Cannot save arrays with zero size", exit 1)."""
+    from longrm_jax import train
+
+    monkeypatch.delenv("LONGRM_DEBUG", raising=False)
+    assert train.main(["--set", setting, "--set", f"output_dir={tmp_path / 'run'}"]) == 2
+    assert capsys.readouterr().err.strip() == message
+    assert not (tmp_path / "run").exists()
+
+
+def test_synthetic_out_an_existing_file_exits_2_and_leaves_it(tmp_path, capsys, monkeypatch):
+    """Was "error: [Errno 17] File exists: 'F'", exit 1."""
+    from longrm_jax.data import synthetic
+
+    monkeypatch.delenv("LONGRM_DEBUG", raising=False)
+    existing = tmp_path / "notes.txt"
+    existing.write_text("mine")
+    assert synthetic.main(["--out", str(existing), "--num-train", "2"]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --out {existing}: is a file; a directory is needed (the files "
+                                               "are written inside it)")
+    assert synthetic.main(["--out", str(existing / "data")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --out {existing / 'data'}: {existing} is a file, not a directory"
+    assert existing.read_text() == "mine" and os.listdir(tmp_path) == ["notes.txt"]

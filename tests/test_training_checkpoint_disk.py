@@ -2,6 +2,7 @@
 
 import collections
 import dataclasses
+import os
 import shutil
 
 import jax.numpy as jnp
@@ -22,9 +23,12 @@ def _fake_disk(monkeypatch, free_bytes):
     monkeypatch.setattr(ckpt_lib.shutil, "disk_usage", lambda path: usage(1 << 40, 0, free_bytes()))
 
 
+_MCFG = ModelConfig(vocab_size=8, hidden_size=4, intermediate_size=8, num_layers=1, num_heads=1, num_kv_heads=1,
+                    head_dim=4)
+
+
 def _save(ck, step):
-    ck.save(step, _State({"w": jnp.ones((256, 256))}), {"i": step}, {"run": 1}, ModelConfig(vocab_size=8, hidden_size=4, intermediate_size=8, num_layers=1, num_heads=1,
-                                                                          num_kv_heads=1, head_dim=4))
+    ck.save(step, _State({"w": jnp.ones((256, 256))}), {"i": step}, {"run": 1}, _MCFG)
     ck.wait()
 
 
@@ -130,3 +134,14 @@ def test_resume_of_an_older_run_does_not_report_settings_that_became_automatic(c
     current["optim"]["lr"] = 2e-5
     current["progress"] = False
     assert check_resume_compatible(saved, current, "ckpt", 2) == ["optim.lr: 1e-05 -> 2e-05", "progress: True -> False"]
+
+
+def test_a_failed_save_leaves_no_orbax_tmp_directory(tmp_path):
+    """A save that raises (issue 42: zero-size arrays of a model with num_layers=0) left
+    ``<step>.orbax-checkpoint-tmp`` beside the kept steps until the next run started."""
+    ck = ckpt_lib.Checkpointer(str(tmp_path / "c"), keep=2, async_save=False)
+    _save(ck, 1)
+    with pytest.raises(ValueError, match="zero size"):
+        ck.save(2, _State({"w": jnp.zeros((0, 4))}), {"i": 2}, {"run": 1}, _MCFG)
+    ck.close()
+    assert sorted(os.listdir(tmp_path / "c")) == ["1"]

@@ -469,6 +469,14 @@ def _write(argv: Sequence[str]) -> int:
                 "passwords)")
     if not 0.0 <= args.bench_bon_fraction <= 1.0:
         p.error(f"--bench-bon-fraction {args.bench_bon_fraction}: expected a fraction in [0, 1]")
+    # A file at --out (or above it) made os.makedirs raise "[Errno 17] File exists" (exit 1, no flag named).
+    blocker = next((path for path in _parents(args.out) if os.path.exists(path) and not os.path.isdir(path)), None)
+    if blocker is not None:
+        from longrm_jax.cli_support import InputError
+
+        raise InputError(f"--out {args.out}: " + ("is a file; a directory is needed (the files are written inside "
+                                                  "it)" if blocker == os.path.normpath(args.out) else
+                                                  f"{blocker} is a file, not a directory"))
     paths = write_training_files(args.out, args.num_train, args.num_eval, args.seed, lengths, args.num_rejects,
                                  args.num_distractors, num_values=args.num_values)
     if args.judge:
@@ -480,6 +488,15 @@ def _write(argv: Sequence[str]) -> int:
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0
+
+
+def _parents(path: str) -> list[str]:
+    """``path`` and each directory above it as written, nearest first."""
+    out, path = [], os.path.normpath(path)
+    while path and path not in out:
+        out.append(path)
+        path = os.path.dirname(path)
+    return out
 
 
 if __name__ == "__main__":

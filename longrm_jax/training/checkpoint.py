@@ -85,12 +85,27 @@ class Checkpointer:
         donate ``state`` to the next step right away."""
         self._make_room(step, _state_bytes(state))
         save = ocp.args.PyTreeSave if self.bounded else ocp.args.StandardSave
-        self.manager.save(step, args=ocp.args.Composite(
-            state=save(_as_dict(state)),
-            data=ocp.args.JsonSave(data_state),
-            config=ocp.args.JsonSave(config),
-            model=ocp.args.JsonSave(model_config_dict(mcfg)),
-        ), force=True)
+        try:
+            self.manager.save(step, args=ocp.args.Composite(
+                state=save(_as_dict(state)),
+                data=ocp.args.JsonSave(data_state),
+                config=ocp.args.JsonSave(config),
+                model=ocp.args.JsonSave(model_config_dict(mcfg)),
+            ), force=True)
+        except Exception:
+            self._remove_unfinished(step)
+            raise
+
+    def _remove_unfinished(self, step: int) -> None:
+        """Remove what a save that raised left of ``step``: orbax leaves its ``<step>.orbax-checkpoint-tmp*``
+        directory behind until the next run starts, beside the kept steps (an incomplete step, never a
+        restorable one)."""
+        if jax.process_index() != 0:
+            return
+        prefix = f"{step}.orbax-checkpoint-tmp"
+        for name in os.listdir(self.directory) if os.path.isdir(self.directory) else []:
+            if name.startswith(prefix):
+                shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
 
     def _make_room(self, step: int, need: int) -> None:
         """Check, before writing, that the disk holds another checkpoint of ``need`` bytes (orbax keeps the older

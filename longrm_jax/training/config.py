@@ -150,6 +150,10 @@ class LoraSection:
 
 @dataclass
 class MeshSection:
+    # `mesh: auto` (YAML) or `--set mesh=auto`: the trainer chooses data, fsdp or seq over every device, the one
+    # that fits and moves the fewest bytes per step (training.mesh_plan, parallel.mesh_choice); a later
+    # `--set mesh.<key>=...` replaces auto with explicit sizes.
+    auto: bool = False
     data: int = 1
     fsdp: int = -1
     seq: int = 1
@@ -157,6 +161,9 @@ class MeshSection:
     # Mesh axes the parameters' model dimension (and so optimizer state) is sharded over. ["fsdp", "seq"]
     # shards them over the sequence-parallel devices too (ZeRO over every device, as upstream's ZeRO + SP).
     param_axes: list = field(default_factory=lambda: ["fsdp"])
+    # Mesh axes the optimizer moments' model dimension is sharded over; null: param_axes. ["data"] with the
+    # weights replicated is ZeRO-1 (what auto's data-parallel choice sets).
+    optimizer_axes: list | None = None
 
 
 @dataclass
@@ -272,9 +279,13 @@ class TrainConfig:
         if self.mesh.seq > 1 and self.data.seq_len % (2 * self.mesh.seq):
             raise ConfigError(f"data.seq_len ({self.data.seq_len}) must be a multiple of 2 x mesh.seq "
                               f"({2 * self.mesh.seq}) for zigzag ring attention")
-        bad_axes = set(self.mesh.param_axes) - {"data", "fsdp", "seq", "tensor"}
-        if bad_axes:
-            raise ConfigError(f"mesh.param_axes: unknown mesh axes {sorted(bad_axes)}; valid: data, fsdp, seq, tensor")
+        for key in ("param_axes", "optimizer_axes"):
+            bad_axes = set(getattr(self.mesh, key) or ()) - {"data", "fsdp", "seq", "tensor"}
+            if bad_axes:
+                raise ConfigError(f"mesh.{key}: unknown mesh axes {sorted(bad_axes)}; valid: data, fsdp, seq, tensor")
+        sized = [k for k in ("data", "fsdp", "seq", "tensor") if getattr(self.mesh, k) != getattr(MeshSection, k)]
+        if self.mesh.auto and sized:
+            raise ConfigError(f"mesh.auto chooses the axis sizes itself; drop mesh.{', mesh.'.join(sized)} (or auto)")
         if self.checkpoint.on_low_disk not in ("error", "delete_oldest"):
             raise ConfigError(f"checkpoint.on_low_disk must be error or delete_oldest; got "
                               f"{self.checkpoint.on_low_disk!r}")
@@ -284,6 +295,7 @@ class TrainConfig:
             raise ConfigError(f"data.num_rejects must be >= 1 for stage {self.stage} (each preference group trains "
                               f"its chosen response against that many rejected ones); got {self.data.num_rejects}")
         _check_synthetic_options(self.data.synthetic)
+        _check_model_overrides(self.model.overrides)
         return self
 
     def _check_ranges(self) -> None:
@@ -387,6 +399,29 @@ _SYNTHETIC_OPTIONS = {
 }
 
 
+# ModelConfig sizes an override may set: a count below 1 built a model without layers (or heads) that trained,
+# then failed saving its zero-size arrays ("Cannot save arrays with zero size", exit 1).
+_MODEL_COUNTS = ("num_layers", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "head_dim",
+                 "vocab_size", "num_labels", "max_position_embeddings")
+
+
+def _check_model_overrides(overrides: dict) -> None:
+    """model.overrides is a free-form mapping of ModelConfig fields: an unknown name (a typo such as num_layer)
+    is refused naming the closest field, and a size below 1 naming its key, before anything runs."""
+    import difflib
+
+    from longrm_jax.models.config import ModelConfig
+
+    valid = [f.name for f in dataclasses.fields(ModelConfig)]
+    for key, value in overrides.items():
+        if key not in valid:
+            close = difflib.get_close_matches(str(key), valid, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"valid fields: {', '.join(sorted(valid))}"
+            raise ConfigError(f"model.overrides: unknown ModelConfig field {key!r}; {hint}")
+        if key in _MODEL_COUNTS and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise ConfigError(f"model.overrides.{key} must be an integer >= 1; got {value!r}")
+
+
 def _check_synthetic_options(options: dict) -> None:
     """data.synthetic is a free-form mapping handed to the generator: check it here, naming the key, instead of
     a TypeError deep inside the generator."""
@@ -465,6 +500,8 @@ def _build(cls, data: dict, where: str):
             )
         tp = types_[key]
         sub = f"{where}.{key}" if where else key
+        if tp is MeshSection and value == "auto":  # `mesh: auto`
+            value = {"auto": True}
         kwargs[key] = _build(tp, value or {}, sub) if dataclasses.is_dataclass(tp) else _coerce(value, tp, sub)
     return cls(**kwargs)
 
@@ -502,6 +539,8 @@ def apply_override(data: dict, assignment: str) -> None:
         if last:
             node[part] = value
         else:
+            if not isinstance(node.get(part, {}), dict):  # `mesh: auto` then `--set mesh.seq=4`: explicit sizes
+                node[part] = {}
             node = node.setdefault(part, {})
             cls = tp if dataclasses.is_dataclass(tp) else (dict if tp is dict else None)
             if cls is None:
