@@ -15,7 +15,8 @@ import os
 
 import jax
 
-GiB = 2**30
+from longrm_jax.parallel.topology import GiB
+
 # Bytes per token of a packed host batch: input_ids, positions, segment_ids and loss_mask, int32 each
 # (data.packing.BATCH_KEYS).
 PACKED_BYTES_PER_TOKEN = 4 * 4

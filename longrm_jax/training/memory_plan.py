@@ -39,10 +39,9 @@ import numpy as np
 from longrm_jax import xla_log
 from longrm_jax.models.layers import device_twin
 from longrm_jax.parallel.target import target_of
-from longrm_jax.parallel.topology import GPU_RUNTIME_HEADROOM
+from longrm_jax.parallel.topology import GPU_RUNTIME_HEADROOM, GiB
 from longrm_jax.training.host_memory import cpu_budget_line, cpu_device_budget, format_bytes, format_sizes
 
-GiB = 2**30
 log = logging.getLogger(__name__)
 
 # model.remat: auto tries these, fastest first, and takes the first that fits. The offloading policies come
