@@ -145,3 +145,19 @@ def test_a_failed_save_leaves_no_orbax_tmp_directory(tmp_path):
         ck.save(2, _State({"w": jnp.zeros((0, 4))}), {"i": 2}, {"run": 1}, _MCFG)
     ck.close()
     assert sorted(os.listdir(tmp_path / "c")) == ["1"]
+
+
+def test_an_asynchronous_save_failing_while_writing_leaves_no_tmp_directory(tmp_path, monkeypatch):
+    ck = ckpt_lib.Checkpointer(str(tmp_path / "c"), keep=2, async_save=False)
+    _save(ck, 1)
+    os.makedirs(tmp_path / "c" / "2.orbax-checkpoint-tmp-1234")  # what the failed background write left
+
+    def failed():
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(ck.manager, "wait_until_finished", failed)
+    with pytest.raises(OSError, match="No space left"):
+        ck.wait()
+    assert sorted(os.listdir(tmp_path / "c")) == ["1"]
+    monkeypatch.undo()
+    ck.close()

@@ -96,15 +96,15 @@ class Checkpointer:
             self._remove_unfinished(step)
             raise
 
-    def _remove_unfinished(self, step: int) -> None:
-        """Remove what a save that raised left of ``step``: orbax leaves its ``<step>.orbax-checkpoint-tmp*``
-        directory behind until the next run starts, beside the kept steps (an incomplete step, never a
-        restorable one)."""
+    def _remove_unfinished(self, step: int | None = None) -> None:
+        """Remove what a save that raised left of ``step`` (None: of any step): orbax leaves its
+        ``<step>.orbax-checkpoint-tmp*`` directory behind until the next run starts, beside the kept steps (an
+        incomplete step, never a restorable one)."""
         if jax.process_index() != 0:
             return
-        prefix = f"{step}.orbax-checkpoint-tmp"
+        prefix = f"{'' if step is None else step}.orbax-checkpoint-tmp"
         for name in os.listdir(self.directory) if os.path.isdir(self.directory) else []:
-            if name.startswith(prefix):
+            if (name.startswith(prefix) if step is not None else prefix in name):
                 shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
 
     def _make_room(self, step: int, need: int) -> None:
@@ -154,10 +154,14 @@ class Checkpointer:
         return type(state_template)(**out["state"]), out["data"], step
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        try:
+            self.manager.wait_until_finished()
+        except Exception:  # an asynchronous save failed while writing: its temporary directory goes too
+            self._remove_unfinished()
+            raise
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
+        self.wait()
         self.manager.close()
 
 
