@@ -21,8 +21,9 @@ class InputError(ValueError):
     """Input the user gave (a flag, setting, path or data row) is refused; the message names it. Exit status 2.
 
     Every CLI exits with one scheme (README, "Exit status"): 0 done, 2 input refused, 3 training stopped on
-    its data or loss, 4 a program does not fit the device, 1 anything unexpected, 130 / 143 interrupted. An
-    error class says its status in ``exit_code``; this module sits below every layer, so any may raise it."""
+    its data or loss, 4 a program does not fit the device (or the host's free RAM), 1 anything unexpected,
+    130 / 143 interrupted. An error class says its status in ``exit_code``; this module sits below every layer, so
+    any may raise it."""
 
     exit_code = 2
 

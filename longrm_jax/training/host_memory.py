@@ -49,7 +49,7 @@ def format_sizes(*values: float) -> list[str]:
     refusal reading "64.00 GiB > 64.00 GiB" tells nothing)."""
     for digits in range(2, 7):
         texts = [format_bytes(v, digits) for v in values]
-        if len({t for t in texts}) == len({int(v) for v in values}):
+        if len(set(texts)) == len({int(v) for v in values}):
             break
     return texts
 
