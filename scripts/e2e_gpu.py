@@ -5,6 +5,7 @@ evaluate. One model per call (the device machines give a command 10 minutes):
     python scripts/e2e_gpu.py --model llama31_8b    # classifier: Bradley-Terry with the shipped LoRA, DisRM
     python scripts/e2e_gpu.py --smoke --model qwen3_8b   # tiny shapes on the CPU (checks the script)
     python scripts/e2e_gpu.py --model qwen3_8b --scratch /dev/shm   # a 64 GB disk: HF checkpoints in RAM
+    python scripts/e2e_gpu.py --model qwen3_8b --devices 4          # a node: the pair over 4 GPUs, 4 replicas
 
 Phases, each timed (wall seconds; peak GPU memory where a GPU is visible: `nvidia-smi` polled while the
 phase runs, with XLA's preallocation off outside training, and the trainer's own `peak_gib` for training):
@@ -16,6 +17,12 @@ phase runs, with XLA's preallocation off outside training, and the trainer's own
 4. `export`: `python -m longrm_jax.export` of the training checkpoint (LoRA merged) as bf16 HF;
 5. `data`: `python -m longrm_jax.data.synthetic` writes a Long-RewardBench with contexts of about L tokens;
 6. `evaluate`: `python -m longrm_jax.evaluate` on a few samples (`--is-disrm` for the classifier).
+
+``--devices N``: training splits each pair over N devices (``mesh.seq=N``, ring attention; ``--set`` overrides
+it, e.g. ``--set mesh.seq=1 --set mesh.fsdp=4 --set data.batch_rows=8`` for a pair per GPU) and evaluation runs
+one replica per device (``--replicas N``). With --smoke the N devices are fake CPU devices and the replicas CPU
+processes. The losses of the steps that ran both before the kill and after the resume are compared (the
+``resume_loss_max_rel_diff`` of phases.json; 0 for a deterministic program).
 A table of the phases is printed and appended to docs/benchmarks.md (`--no-record`: print only; with --smoke only
 to a file named by --benchmarks-md).
 """
@@ -64,6 +71,8 @@ def parse_args(argv=None):
                         "model.mlp_chunk_tokens=8192 --set optim.offload_state=true")
     _bench.add_common_flags(p, iters=None, warmup=None, smoke_help="tiny shapes on the CPU")
     p.add_argument("--keep", action="store_true", help="keep the working directory")
+    p.add_argument("--devices", type=int, default=1, help="devices of the node: training over mesh.seq=N, "
+                   "evaluation with --replicas N (default 1)")
     return p.parse_args(argv)
 
 
@@ -97,14 +106,16 @@ class GpuMemoryPoller:
             self._thread.join()
 
 
-def _env(smoke: bool, training: bool) -> dict:
+def _env(smoke: bool, training: bool, devices: int = 1) -> dict:
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     if smoke:
         env["JAX_PLATFORMS"] = "cpu"
-        # one CPU device per phase; other XLA flags (e.g. the test suite's) are kept
+        # one CPU device per phase (training: --devices of them); other XLA flags (e.g. the test suite's) are kept
         flags = [f for f in env.get("XLA_FLAGS", "").split()
                  if not f.startswith("--xla_force_host_platform_device_count")]
+        if training and devices > 1:
+            flags.append(f"--xla_force_host_platform_device_count={devices}")
         if flags:
             env["XLA_FLAGS"] = " ".join(flags)
         else:
@@ -229,7 +240,8 @@ def main(argv=None) -> int:
                  f"data.synthetic={{lengths: [{max(length - 64, 8)}]}}", f"steps={args.steps}", "log_every=1",
                  "eval_before=false", "eval_after=false", "checkpoint.every=1", "checkpoint.keep=1",
                  "checkpoint.overwrite=true", "checkpoint.on_low_disk=delete_oldest",
-                 "checkpoint.save_host_gb=8", "mesh.data=1", "mesh.fsdp=1", "mesh.seq=1", f"output_dir={run_dir}",
+                 "checkpoint.save_host_gb=8", "mesh.data=1", "mesh.fsdp=1", f"mesh.seq={args.devices}",
+                 f"output_dir={run_dir}",
                  *args.overrides]:
         train += ["--set", item]
     ckpt_dir = os.path.join(run_dir, "checkpoints")
@@ -243,16 +255,19 @@ def main(argv=None) -> int:
         peaks = [p for p in peaks if p is not None]
         return max(peaks) if peaks else None
 
-    phases.run("train", _cli(train), env=_env(args.smoke, True), kill_when=lambda: _checkpoint_done(ckpt_dir),
+    phases.run("train", _cli(train), env=_env(args.smoke, True, args.devices), kill_when=lambda: _checkpoint_done(ckpt_dir),
                peak_from=train_peak, log_dir=work)
     if not phases.rows[-1]["killed"]:
         raise SystemExit("training finished before its first checkpoint was complete, so the kill and resume were "
                          "not exercised: give more --steps")
-    phases.run("resume", _cli(train + ["--resume"]), env=_env(args.smoke, True), peak_from=train_peak, log_dir=work)
+    phases.run("resume", _cli(train + ["--resume"]), env=_env(args.smoke, True, args.devices), peak_from=train_peak,
+               log_dir=work)
     with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
         steps = [json.loads(line)["step"] for line in f if line.strip() and '"train"' in line]
     if steps[-1] != args.steps:
         raise SystemExit(f"resume ended at step {steps[-1]}, expected {args.steps}")
+    phases.rows[-1].update(_resume_comparison(work))
+    print(f"resume: {phases.rows[-1]['resume_note']}", flush=True)
     phases.run("export", _cli(["longrm_jax.export", "--checkpoint", ckpt_dir, "--out", hf_out, "--dtype", "bfloat16"]),
                env=_env(args.smoke, False), log_dir=work)
     phases.run("data", _cli(["longrm_jax.data.synthetic", "--out", lrb, "--num-train", "0", "--num-eval", "0",
@@ -261,7 +276,8 @@ def main(argv=None) -> int:
     phases.run("evaluate", _cli(["longrm_jax.evaluate", "--model-path", hf_out, "--data-path", os.path.join(lrb, "long_rewardbench"), "--save-path",
                                  eval_dir, "--limit", str(args.eval_samples), "--tasks", *args.eval_tasks.split(","),
                                  "--max-new-tokens", str(args.max_new_tokens), "--no-progress",
-                                 "--allow-no-verdicts", *eval_flags]),  # a few steps from random weights
+                                 "--allow-no-verdicts", "--replicas", str(args.devices), *eval_flags]),
+               # (--allow-no-verdicts: a few steps from random weights)
                env=_env(args.smoke, False), log_dir=work)
     if not os.path.exists(os.path.join(eval_dir, "results.csv")):
         raise SystemExit("evaluate wrote no results.csv")
@@ -270,7 +286,7 @@ def main(argv=None) -> int:
     table = ["| phase | wall s | peak GiB | note |", "|---|---|---|---|"]
     for r in phases.rows:
         peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.1f}"
-        note = "SIGKILL after the first checkpoint" if r["killed"] else ""
+        note = "SIGKILL after the first checkpoint" if r["killed"] else r.get("resume_note", "")
         table.append(f"| {r['phase']} | {r['wall_s']:.1f} | {peak} | {note} |")
     total = sum(r["wall_s"] for r in phases.rows)
     table.append(f"| total | {total:.1f} | | |")
@@ -278,7 +294,8 @@ def main(argv=None) -> int:
     path = _bench.record_path(args)
     if path:
         _bench.append_section(path, f"end to end, {args.model}", command=_bench.command_line(argv), device=device,
-                              details=f"stage {stage}, {config}, 2 x {length} tokens per step", table=table)
+                              details=f"stage {stage}, {config}, 2 x {length} tokens per step, {args.devices} "
+                                      f"device(s)", table=table)
     with open(os.path.join(work, "phases.json"), "w", encoding="utf-8") as f:
         json.dump(phases.rows, f, indent=1)
     if not args.keep and not args.work:
@@ -286,6 +303,34 @@ def main(argv=None) -> int:
     if not args.keep and scratch != work:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
+
+
+def _logged_losses(log_path: str) -> dict[int, float]:
+    """{step: loss} of the trainer's console lines (``step N/M  loss X ...``) in a phase's log."""
+    import re
+
+    pattern = re.compile(r"^step (\d+)/\d+\s+loss (\S+)")
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        return {int(m.group(1)): float(m.group(2)) for m in map(pattern.match, f) if m}
+
+
+def _resume_comparison(work: str) -> dict:
+    """The resumed run's losses against the killed run's at the steps both ran: the steps after the checkpoint
+    the resume started from, which the killed run had logged before the kill."""
+    import re
+
+    before, after = _logged_losses(os.path.join(work, "train.log")), _logged_losses(os.path.join(work, "resume.log"))
+    with open(os.path.join(work, "resume.log"), encoding="utf-8", errors="replace") as f:
+        found = re.search(r"resumed from .* at step (\d+)", f.read())
+    start = int(found.group(1)) if found else 0
+    both = sorted(step for step in before if step in after and step > start)
+    if not both:
+        return {"resume_loss_max_rel_diff": None, "resume_from_step": start,
+                "resume_note": f"resumed at step {start}; no step ran both before the kill and after the resume"}
+    worst = max(abs(after[k] - before[k]) / max(abs(before[k]), 1e-12) for k in both)
+    return {"resume_loss_max_rel_diff": worst, "resume_from_step": start,
+            "resume_note": f"resumed at step {start}; steps {both[0]}-{both[-1]} ran before the kill and again: "
+                           f"losses within {worst:.1e} relative (as printed, 4 decimals)"}
 
 
 def _device_name() -> str:

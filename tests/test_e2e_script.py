@@ -1,5 +1,6 @@
 """scripts/e2e_gpu.py runs its whole chain on the CPU with tiny shapes (--smoke): HF checkpoint written, the
-training CLI killed after its first checkpoint and resumed, export, synthetic Long-RewardBench, evaluate."""
+training CLI killed after its first checkpoint and resumed, export, synthetic Long-RewardBench, evaluate; on a
+"node" of 2 fake CPU devices (--devices 2: ring attention over seq 2, two evaluation replicas)."""
 
 import json
 import os
@@ -19,11 +20,16 @@ def test_e2e_smoke_chain(tmp_path):
     # one device per phase (the script's own choice); the suite's other XLA flags kept
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags_with_devices(None)}
     proc = subprocess.run([sys.executable, os.path.join("scripts", "e2e_gpu.py"), "--smoke", "--model", "qwen3_8b",
-                           "--work", str(tmp_path / "work"), "--scratch", str(tmp_path / "scratch"), "--keep"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+                           "--work", str(tmp_path / "work"), "--scratch", str(tmp_path / "scratch"), "--keep", "--devices", "2"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     phases = {r["phase"]: r for r in json.loads((tmp_path / "work" / "phases.json").read_text())}
     assert list(phases) == ["write_hf", "train", "resume", "export", "data", "evaluate"]
     assert phases["train"]["killed"] and phases["resume"]["rc"] == 0
+    # the steps replayed after the resume give the killed run's losses (CPU: the same program, bit for bit)
+    assert phases["resume"]["resume_loss_max_rel_diff"] in (0.0, None), phases["resume"]["resume_note"]
+    # --devices 2: the pair over a seq mesh of 2 fake CPU devices, evaluation by 2 replica processes
+    assert "  seq: 2" in (tmp_path / "work" / "run" / "config.yaml").read_text()
+    assert len(list((tmp_path / "work" / "eval" / "replicas").iterdir())) == 2
     assert (tmp_path / "work" / "eval" / "results.csv").exists()
     assert (tmp_path / "scratch" / "work" / "hf_trained" / "config.json").exists()  # HF checkpoints on --scratch
     assert "| total |" in proc.stdout
