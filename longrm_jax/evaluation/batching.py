@@ -12,16 +12,13 @@ known up front: sizes fitted to those lengths that trade padding against compile
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
+from longrm_jax.ops.contract import round_up
+
 MIN_BUCKET = 128
-# Position given to right-padding tokens written into a KV cache. Cached keys are visible to a query only if
-# their position is <= the query's, so pads at this position are never attended, while the prefill itself can
-# run without segment ids (pads follow the real tokens, causality hides them) and keep the fastest kernel.
-PAD_POSITION = 2**30
 
 
 def bucket_lengths(max_length: int, multiple: int = 1, min_bucket: int = MIN_BUCKET) -> list[int]:
@@ -30,16 +27,11 @@ def bucket_lengths(max_length: int, multiple: int = 1, min_bucket: int = MIN_BUC
     sizes, base = set(), min_bucket
     while True:
         for size in (base, base * 3 // 2):
-            sizes.add(int(math.ceil(size / multiple) * multiple))
+            sizes.add(int(round_up(size, multiple)))
         if base >= max_length:
             break
         base *= 2
     return sorted(sizes)
-
-
-def round_up(length: int, multiple: int) -> int:
-    """``length`` rounded up to a positive multiple of ``multiple`` (0 -> ``multiple``)."""
-    return max(1, math.ceil(length / multiple)) * multiple
 
 
 def fit_buckets(
@@ -62,7 +54,7 @@ def fit_buckets(
     """
     if len(lengths) == 0:
         return []
-    rounded = np.array([round_up(n, multiple) for n in lengths], dtype=np.int64)
+    rounded = np.array([round_up(max(n, 1), multiple) for n in lengths], dtype=np.int64)
     longest = int(rounded.max())
     ready_sizes = {int(r) for r in ready if int(r) >= int(rounded.min())}
     sizes = np.array(sorted(set(rounded.tolist()) | ready_sizes), dtype=np.int64)
@@ -126,7 +118,7 @@ def plan_batches(
         rows = max_rows
         if max_batch_tokens:
             rows = max(1, min(rows, max_batch_tokens // (size + extra_tokens)))
-        rows = int(math.ceil(rows / row_multiple) * row_multiple)
+        rows = int(round_up(rows, row_multiple))
         members = by_bucket[size]
         for start in range(0, len(members), rows):
             batches.append(Batch(length=size, rows=rows, items=tuple(members[start:start + rows])))

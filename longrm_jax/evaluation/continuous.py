@@ -34,7 +34,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longrm_jax.evaluation.batching import PAD_POSITION
 from longrm_jax.evaluation.decoding import letter_logprobs
 from longrm_jax.evaluation.slot_plan import (  # noqa: F401 - MEMORY_FRACTION, MAX_SLOTS: re-exported
     FALLBACK_SLOTS,
@@ -45,6 +44,7 @@ from longrm_jax.evaluation.slot_plan import (  # noqa: F401 - MEMORY_FRACTION, M
     plan_pools,
     plan_slots,
 )
+from longrm_jax.ops.contract import PAD_POSITION
 from longrm_jax.parallel.target import target_of
 
 logger = logging.getLogger(__name__)

@@ -29,10 +29,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from longrm_jax.evaluation.batching import PAD_POSITION, pad_rows, plan_batches
+from longrm_jax.evaluation.batching import pad_rows, plan_batches
 from longrm_jax.evaluation.decoding import Generation, letter_logprobs
 from longrm_jax.evaluation.scoring import mesh_sizes
 from longrm_jax.models.layers import constrain
+from longrm_jax.ops.contract import PAD_POSITION
 from longrm_jax.parallel.placement import place_batch
 from longrm_jax.parallel.target import target_of
 from longrm_jax.parallel.zigzag import zigzag_permutation

@@ -29,10 +29,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longrm_jax.evaluation.batching import PAD_POSITION, fit_buckets, pick_bucket, round_up
+from longrm_jax.evaluation.batching import fit_buckets, pick_bucket
 from longrm_jax.evaluation.scoring import hf_pooled_index
 from longrm_jax.models.cache import KVCache
 from longrm_jax.models.config import decoder_matmul_params
+from longrm_jax.ops.contract import PAD_POSITION, round_up
 
 
 def common_prefix_length(sequences: Sequence[np.ndarray]) -> int:
@@ -133,7 +134,7 @@ class SharedPromptScorer:
         longest_suffix: dict[int, int] = {}
         for group, prefix in zip(groups, prefixes):
             bucket = pick_bucket(max(prefix, 1), prefix_buckets)
-            suffix = round_up(max(len(s) for s in group) - prefix, self.chunk)
+            suffix = round_up(max(1, max(len(s) for s in group) - prefix), self.chunk)
             longest_suffix[bucket] = max(longest_suffix.get(bucket, 0), suffix)
             plan.append(bucket)
         # A compiled suffix shape at least as long is reused (a few more chunks cost less than a compile).

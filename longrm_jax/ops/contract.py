@@ -21,6 +21,17 @@ class AttentionNotSupportedError(ValueError):
 ATTENTION_OUT_NAME = "attention_kernel_out"
 ATTENTION_LSE_NAME = "attention_kernel_lse"
 
+# Position given to padding: larger than any real position, so causal masking already hides it (key j is
+# visible to query i only if its position is <= the query's). Kernels pad their key blocks with it; the evaluator
+# writes right-padding into a KV cache at it, so pads are never attended while the prefill itself runs without
+# segment ids (pads follow the real tokens) and keeps the fastest kernel.
+PAD_POSITION = 2**30
+
+
+def round_up(n: int, multiple: int) -> int:
+    """``n`` rounded up to a multiple of ``multiple`` (0 stays 0)."""
+    return -(-n // multiple) * multiple
+
 
 def check_impl(impl):
     if impl not in IMPLEMENTATIONS:

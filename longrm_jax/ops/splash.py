@@ -25,7 +25,7 @@ import inspect
 import jax
 import jax.numpy as jnp
 
-from longrm_jax.ops.contract import AttentionNotSupportedError
+from longrm_jax.ops.contract import AttentionNotSupportedError, round_up
 from longrm_jax.ops.kernel_vjp import LseVjpKernel
 from longrm_jax.ops.splash_tables import mask_info
 
@@ -45,13 +45,9 @@ def _splash():
     return splash_attention_kernel, splash_attention_mask
 
 
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
 def padded_length(length: int) -> int:
     """Sequence lengths are padded to the lane width, never more (a longer block only when it divides)."""
-    return _round_up(max(length, 1), LANES)
+    return round_up(max(length, 1), LANES)
 
 
 def block_size(length: int, head_dim: int) -> int:

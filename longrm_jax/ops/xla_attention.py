@@ -23,10 +23,11 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from longrm_jax.ops.contract import PAD_POSITION as _PAD_POSITION
+from longrm_jax.ops.contract import round_up as _round_up
+
 DEFAULT_BLOCK_Q = 512
 DEFAULT_BLOCK_K = 512
-# Position given to padding keys: larger than any real position, so causal masking already hides them.
-_PAD_POSITION = 2**30
 
 
 def _precision(dtype):
@@ -222,10 +223,6 @@ def _flash_bwd(causal, scale, block_q, block_k, kv_padded, window, res, cotangen
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
-
-
-def _round_up(n, m):
-    return -(-n // m) * m
 
 
 class _Layout:
