@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from longrm_jax.evaluation.batching import bucket_lengths, fit_buckets, pick_bucket
+from longrm_jax.data.packing import bucket_for
+from longrm_jax.evaluation.batching import bucket_lengths, fit_buckets
 
 
 def _flops(length):  # an 8B model's prefill: matmuls plus causal attention
@@ -15,13 +16,13 @@ def _brute_force(lengths, cost, new_bucket_cost, multiple):
     best = None
     for mask in range(1 << (len(rounded) - 1)):
         chosen = [r for i, r in enumerate(rounded[:-1]) if mask >> i & 1] + [rounded[-1]]
-        total = sum(cost(pick_bucket(n, chosen)) for n in lengths) + new_bucket_cost * len(chosen)
+        total = sum(cost(bucket_for(n, chosen)) for n in lengths) + new_bucket_cost * len(chosen)
         best = total if best is None else min(best, total)
     return best
 
 
 def _total(lengths, buckets, cost, new_bucket_cost, ready=()):
-    return sum(cost(pick_bucket(n, buckets)) for n in lengths) + new_bucket_cost * len(set(buckets) - set(ready))
+    return sum(cost(bucket_for(n, buckets)) for n in lengths) + new_bucket_cost * len(set(buckets) - set(ready))
 
 
 def test_clustered_lengths_get_one_tight_bucket_each():
@@ -30,7 +31,7 @@ def test_clustered_lengths_get_one_tight_bucket_each():
     buckets = fit_buckets(lengths, _flops, new_bucket_cost=4e15 / 64, multiple=128)
     assert buckets == [4224, 8320, 16512, 32896, 65664, 131200]
     # The fixed ladder pads 131,107 tokens to 196,608: 2.2x the attention work.
-    assert pick_bucket(131107, bucket_lengths(131107)) == 196608
+    assert bucket_for(131107, bucket_lengths(131107)) == 196608
 
 
 def test_fit_is_optimal_and_prices_compiles():

@@ -148,6 +148,8 @@ def pack_rows(groups: Sequence[TokenizedGroup], capacity: int, slots: int | None
 
 
 def bucket_for(length: int, buckets: Sequence[int]) -> int:
+    """The smallest of ``buckets`` (ascending) that holds ``length``: packed training rows and the evaluator's
+    batches (evaluation.batching) alike."""
     for b in buckets:
         if length <= b:
             return b

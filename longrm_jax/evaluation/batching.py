@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
+from longrm_jax.data.packing import bucket_for
 from longrm_jax.ops.contract import round_up
 
 MIN_BUCKET = 128
@@ -77,13 +78,6 @@ def fit_buckets(
     return sorted(chosen)
 
 
-def pick_bucket(length: int, buckets: Sequence[int]) -> int:
-    for size in buckets:
-        if size >= length:
-            return size
-    raise ValueError(f"sequence of {length} tokens exceeds the largest bucket {buckets[-1]}")
-
-
 @dataclasses.dataclass(frozen=True)
 class Batch:
     """Rows ``items`` (indices into the caller's sequence list) padded to ``rows`` x ``length``."""
@@ -112,7 +106,7 @@ def plan_batches(
     buckets = bucket_lengths(max(lengths), length_multiple)
     by_bucket: dict[int, list[int]] = {}
     for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        by_bucket.setdefault(pick_bucket(lengths[index], buckets), []).append(index)
+        by_bucket.setdefault(bucket_for(lengths[index], buckets), []).append(index)
     batches = []
     for size in sorted(by_bucket, reverse=True):
         rows = max_rows

@@ -29,7 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longrm_jax.evaluation.batching import fit_buckets, pick_bucket
+from longrm_jax.data.packing import bucket_for
+from longrm_jax.evaluation.batching import fit_buckets
 from longrm_jax.evaluation.scoring import hf_pooled_index
 from longrm_jax.models.cache import KVCache
 from longrm_jax.models.config import decoder_matmul_params
@@ -133,7 +134,7 @@ class SharedPromptScorer:
         plan = []  # prefix bucket per group
         longest_suffix: dict[int, int] = {}
         for group, prefix in zip(groups, prefixes):
-            bucket = pick_bucket(max(prefix, 1), prefix_buckets)
+            bucket = bucket_for(max(prefix, 1), prefix_buckets)
             suffix = round_up(max(1, max(len(s) for s in group) - prefix), self.chunk)
             longest_suffix[bucket] = max(longest_suffix.get(bucket, 0), suffix)
             plan.append(bucket)

@@ -28,7 +28,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from longrm_jax.evaluation.batching import bucket_lengths, pick_bucket
+from longrm_jax.data.packing import bucket_for
+from longrm_jax.evaluation.batching import bucket_lengths
 
 MEMORY_FRACTION = 0.9  # of the device's limit: XLA's own workspace and fragmentation take the rest
 FALLBACK_SLOTS = 4  # when neither the device nor the caller states a memory size (e.g. the CPU backend)
@@ -92,7 +93,7 @@ def plan_pools(lengths: Sequence[int], max_new: int,
     buckets = bucket_lengths(max(lengths))
     members: dict[int, list[int]] = {}
     for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        members.setdefault(pick_bucket(lengths[index], buckets), []).append(index)
+        members.setdefault(bucket_for(lengths[index], buckets), []).append(index)
     pools = []
     for bucket in sorted(members, reverse=True):
         items = members[bucket]
