@@ -27,7 +27,7 @@ class ConfigError(InputError):
 class ModelSection:
     # HF checkpoint directory, an orbax training checkpoint directory, or None for random init from `preset`.
     init: str | None = None
-    # Named ModelConfig for random init (see training.model_factory.PRESETS), e.g. "tiny_qwen3".
+    # Named ModelConfig for random init (see training.model_setup.PRESETS), e.g. "tiny_qwen3".
     preset: str = "tiny_qwen3"
     # ModelConfig field overrides (random init and HF loading), e.g. {num_layers: 2}.
     overrides: dict = field(default_factory=dict)
