@@ -1,8 +1,9 @@
 """Sliding windows in the attention contract (issue 43, for Gemma 3's local layers): XLA's blockwise attention
 honours ``window`` (forward and gradients equal the dense reference, packed rows and GQA included) and skips key
-blocks wholly outside it; ring attention on 8 fake CPU devices honours it too (zigzag or contiguous shards,
-gradients included) and computes only the block pairs the window reaches; every kernel that does not honour a
-window refuses it, never attending over the whole sequence."""
+blocks wholly outside it; TPU splash honours it with its LocalMask (tables equal jax's; the kernel in the Pallas
+interpreter equals the reference); ring attention on 8 fake CPU devices honours it on XLA blocks (zigzag or
+contiguous shards, gradients included) and computes only the block pairs the window reaches; every kernel that
+does not honour a window refuses it, never attending over the whole sequence."""
 
 import jax
 import jax.numpy as jnp
@@ -73,10 +74,54 @@ def test_blocks_outside_the_window_are_skipped():
 @pytest.mark.parametrize("impl", ["cudnn", "pallas", "pallas-mosaic", "pallas-triton", "splash"])
 def test_kernels_without_window_support_refuse(impl):
     q, k, v = _qkv(t=16)
-    with pytest.raises(AttentionNotSupportedError, match="does not honour a sliding window"):
-        attention(q, k, v, impl=impl, window=4, interpret=impl == "splash")
+    if impl != "splash":
+        with pytest.raises(AttentionNotSupportedError, match="does not honour a sliding window"):
+            attention(q, k, v, impl=impl, window=4)
+    # Ring blocks see global positions: XLA's only (splash's LocalMask is fixed per block).
     with jax.set_mesh(make_mesh(data=1, fsdp=-1, seq=2)), pytest.raises(AttentionNotSupportedError, match="XLA"):
         ring_attention(q, k, v, impl=impl, window=4, interpret=impl == "splash")
+
+
+@pytest.mark.parametrize("t,block_shape", [(1024, (128, 128)), (1024, (256, 128)), (768, (128, 256))])
+@pytest.mark.parametrize("window", [1, 100, 300])
+@pytest.mark.parametrize("dkv", [False, True])
+def test_splash_window_tables_equal_jax(t, block_shape, window, dkv):
+    """Splash's tables for a window (ops.splash_tables) equal jax's process_mask on LocalMask."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask_info as smi
+    from longrm_jax.ops.splash_tables import mask_info
+
+    mask = sm.MultiHeadMask([sm.LocalMask((t, t), (window - 1, 0), 0)] * 2)
+    process = smi.process_mask_dkv if dkv else smi.process_mask
+    kwargs = dict(shrink_grid=True) if dkv else {}
+    want, want_fn = process(mask, block_shape, head_shards=1, q_seq_shards=1, **kwargs)
+    got, got_fn = mask_info(t, t, block_shape, True, dkv, window=window)
+    for field in want._fields:
+        a, b = getattr(got, field), getattr(want, field)
+        if isinstance(b, np.ndarray):
+            assert a.dtype == b.dtype and a.shape == b.shape, field
+            np.testing.assert_array_equal(a, b, err_msg=field)
+        else:
+            assert a == b, field
+    q_ids, kv_ids = np.arange(t)[:, None], np.arange(t)[None, :]
+    np.testing.assert_array_equal(got_fn(q_ids, kv_ids), want_fn(q_ids, kv_ids))
+
+
+def test_splash_window_matches_dense_in_the_interpreter():
+    """TPU splash with its LocalMask (Pallas interpreter on CPU): 200 tokens padded to 256 in blocks of 128, a
+    window of 70 over packed rows; outputs and gradients equal the dense reference."""
+    q, k, v = _qkv(t=200)
+    seg = jnp.asarray(np.repeat([[1] * 90 + [2] * 100 + [0] * 10], 2, axis=0), jnp.int32)
+    cot = jax.random.normal(jax.random.key(3), q.shape)
+
+    def loss(fn):
+        return jax.jit(jax.value_and_grad(lambda *a: jnp.sum(fn(*a) * cot), argnums=(0, 1, 2)))(q, k, v)
+
+    (got, got_grads) = loss(lambda *a: attention(*a, segment_ids=seg, window=70, impl="splash", interpret=True))
+    (want, want_grads) = loss(lambda *a: dense_reference(*a, segment_ids=seg, window=70))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for a, b in zip(got_grads, want_grads):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("mesh_sizes,zigzag,window", [

@@ -58,7 +58,7 @@ def attention_with_lse(q, k, v, *, segment_ids=None, causal=True, impl="auto", s
                                       scale=scale, window=window)
     kernel = flash.get_kernel(name, interpret)
     return kernel.attention_with_lse(q, k, v, q_segment_ids=q_seg, kv_segment_ids=kv_seg, causal=causal,
-                                     scale=scale)
+                                     scale=scale, **_window_kw(window))
 
 
 def attention(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None, interpret=False, window=None):
@@ -91,7 +91,12 @@ def attention(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None
                                         scale=scale, window=window)
         return out
     return flash.get_kernel(name, interpret).attention(q, k, v, q_segment_ids=q_seg, kv_segment_ids=kv_seg,
-                                            causal=causal, scale=scale)
+                                            causal=causal, scale=scale, **_window_kw(window))
+
+
+def _window_kw(window):
+    """The window argument for a kernel: only those that honour one take it (``contract.check_window``)."""
+    return {} if window is None else {"window": window}
 
 
 def dense_reference(q, k, v, *, segment_ids=None, causal=True, scale=None, window=None):

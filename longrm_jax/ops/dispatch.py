@@ -56,7 +56,7 @@ def warn_missing_tokamax(fallback: str) -> None:
 def local_impl(impl="auto", *, has_segment_ids=False, dtype=None, window=None):
     """The single-device kernel for ``impl`` (``auto`` -> fastest available that honours the mask and takes
     ``dtype``, the queries' dtype: the GPU flash kernels take bf16 / fp16 only, so fp32 runs XLA's attention;
-    a sliding ``window``: XLA's attention, the one kernel that honours it so far)."""
+    a sliding ``window``: splash on TPU, else XLA's attention, the kernels that honour it so far)."""
     check_impl(impl)
     if impl == "ring":
         raise ValueError("'ring' is not a single-device kernel")
@@ -64,12 +64,14 @@ def local_impl(impl="auto", *, has_segment_ids=False, dtype=None, window=None):
         return impl
     target = target_of()  # the devices the program is built for (a compile-only TPU/GPU mesh too), not the host's
     if window is not None:
-        if target.is_gpu or target.is_tpu:
+        if target.is_tpu:
+            return "splash"  # its LocalMask
+        if target.is_gpu:
             from longrm_jax.ops import slow_paths
 
             slow_paths.report("window_attention", f"sliding-window attention (window {window}) runs XLA's "
-                              "blockwise attention: the cuDNN / Pallas / splash kernels do not take a window yet",
-                              "none yet (issue 43: sliding windows in the kernels)")
+                              "blockwise attention: the cuDNN / Pallas kernels do not take a window yet",
+                              "none yet (issue 43: sliding windows in the GPU kernels)")
         return "xla"
     if target.is_tpu:
         return "splash"

@@ -23,20 +23,24 @@ def lse_vjp_kernel(fwd, bwd):
     def _kv(q_seg, kv_seg):
         return q_seg if kv_seg is None else kv_seg
 
-    @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-    def f(q, k, v, q_seg, kv_seg, causal, scale):
-        return fwd(q, k, v, q_segment_ids=q_seg, kv_segment_ids=_kv(q_seg, kv_seg), causal=causal, scale=scale)
+    def _window(window):  # only kernels that honour a window take the argument (ops.contract.WINDOW_IMPLS)
+        return {} if window is None else {"window": window}
 
-    def f_fwd(q, k, v, q_seg, kv_seg, causal, scale):
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+    def f(q, k, v, q_seg, kv_seg, causal, scale, window):
+        return fwd(q, k, v, q_segment_ids=q_seg, kv_segment_ids=_kv(q_seg, kv_seg), causal=causal, scale=scale,
+                   **_window(window))
+
+    def f_fwd(q, k, v, q_seg, kv_seg, causal, scale, window):
         q, k, v, q_seg, kv_seg = jax.tree.map(lambda p: p.value, (q, k, v, q_seg, kv_seg))
         out, lse = fwd(q, k, v, q_segment_ids=q_seg, kv_segment_ids=_kv(q_seg, kv_seg), causal=causal,
-                       scale=scale)
+                       scale=scale, **_window(window))
         # Named so that a remat policy can keep exactly these two (the backward's only kernel outputs) and
         # recompute q, k, v: see models.layers.save_attention_policy.
         out, lse = checkpoint_name(out, ATTENTION_OUT_NAME), checkpoint_name(lse, ATTENTION_LSE_NAME)
         return (out, lse), (q, k, v, out, lse, q_seg, kv_seg)
 
-    def f_bwd(causal, scale, res, cts):
+    def f_bwd(causal, scale, window, res, cts):
         q, k, v, out, lse, q_seg, kv_seg = res
         dout, dlse = cts
         if not isinstance(dlse, SymbolicZero):
@@ -44,7 +48,7 @@ def lse_vjp_kernel(fwd, bwd):
         if isinstance(dout, SymbolicZero):
             dout = jnp.zeros(out.shape, out.dtype)
         dq, dk, dv = bwd(q, k, v, out, lse, dout, q_segment_ids=q_seg, kv_segment_ids=_kv(q_seg, kv_seg),
-                         causal=causal, scale=scale)
+                         causal=causal, scale=scale, **_window(window))
         return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None
 
     f.defvjp(f_fwd, f_bwd, symbolic_zeros=True)
@@ -58,10 +62,12 @@ class LseVjpKernel:
     def _with_lse(self):
         return lse_vjp_kernel(self.fwd, self.bwd)
 
-    def attention_with_lse(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None):
+    def attention_with_lse(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None,
+                           window=None):
         kv_seg = None if kv_segment_ids is q_segment_ids else kv_segment_ids
-        return self._with_lse(q, k, v, q_segment_ids, kv_seg, bool(causal), scale)
+        return self._with_lse(q, k, v, q_segment_ids, kv_seg, bool(causal), scale, window)
 
-    def attention(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None):
+    def attention(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None,
+                  window=None):
         return self.attention_with_lse(q, k, v, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
-                                       causal=causal, scale=scale)[0]
+                                       causal=causal, scale=scale, window=window)[0]

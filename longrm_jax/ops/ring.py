@@ -276,9 +276,11 @@ def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=T
     if t % parts:
         raise ValueError(f"sequence length {t} must be divisible by {parts} for {n} ring shards"
                          f"{' (zigzag)' if zigzag else ''}")
-    if window is not None and (not causal or impl not in ("auto", "ring", "xla")):
-        raise AttentionNotSupportedError(f"ring attention with a sliding window (window={window}) runs XLA blocks "
-                                         f"on causal attention only (got impl={impl!r}, causal={causal})")
+    if window is not None:
+        if not causal or impl not in ("auto", "ring", "xla"):
+            raise AttentionNotSupportedError(f"ring attention with a sliding window (window={window}) runs XLA "
+                                             f"blocks on causal attention only (got impl={impl!r}, causal={causal})")
+        impl = "xla"  # global positions across devices: XLA blocks (splash's LocalMask is one block's)
     if impl in ("auto", "ring"):
         impl = local_impl("auto", has_segment_ids=segment_ids is not None, dtype=q.dtype, window=window)
         if impl == "cudnn":

@@ -68,7 +68,7 @@ def block_sizes(t: int, s: int, head_dim: int):
 
 
 @functools.cache
-def _kernel(t: int, s: int, head_dim: int, causal: bool, interpret: bool):
+def _kernel(t: int, s: int, head_dim: int, causal: bool, interpret: bool, window: int | None = None):
     """The splash kernel for padded lengths ``t`` x ``s``, built once per shape.
 
     Its mask tables (which blocks to visit, in what order) are numpy arrays built here on the host
@@ -80,9 +80,9 @@ def _kernel(t: int, s: int, head_dim: int, causal: bool, interpret: bool):
     """
     sk, _ = _splash()
     sizes = block_sizes(t, s, head_dim)
-    fwd, mask_function = mask_info(t, s, (sizes.block_q, sizes.block_kv), causal, dkv=False)
-    dq, _ = mask_info(t, s, (sizes.block_q_dq, sizes.block_kv_dq), causal, dkv=False)
-    dkv, _ = mask_info(t, s, (sizes.block_q_dkv, sizes.block_kv_dkv), causal, dkv=True)
+    fwd, mask_function = mask_info(t, s, (sizes.block_q, sizes.block_kv), causal, dkv=False, window=window)
+    dq, _ = mask_info(t, s, (sizes.block_q_dq, sizes.block_kv_dq), causal, dkv=False, window=window)
+    dkv, _ = mask_info(t, s, (sizes.block_q_dkv, sizes.block_kv_dkv), causal, dkv=True, window=window)
     return sk.SplashAttentionKernel(fwd, dq, dkv, block_sizes=sizes, is_mqa=False, save_residuals=True,
                                     mask_value=sk.DEFAULT_MASK_VALUE, attn_logits_soft_cap=None,
                                     residual_checkpoint_name=None, mask_function=mask_function, interpret=interpret)
@@ -103,9 +103,12 @@ def _private_backward():
 class _Padded:
     """q/k/v in splash's [B, H, L, D] layout, padded to the block multiples, with the segment ids to use."""
 
-    def __init__(self, q, k, v, q_seg, kv_seg, causal, scale):
+    def __init__(self, q, k, v, q_seg, kv_seg, causal, scale, window=None):
         b, t, hq, d = q.shape
         s = k.shape[1]
+        if window is not None and not causal:
+            raise AttentionNotSupportedError(f"a sliding window needs causal attention (window={window})")
+        self.window = None if window is None else int(window)
         if causal and t != s:
             raise AttentionNotSupportedError(f"splash causal attention needs T == S (got T={t}, S={s})")
         self.t, self.s, self.heads = t, s, hq
@@ -132,7 +135,8 @@ class _Padded:
         return jnp.pad(ids.astype(jnp.int32), ((0, 0), (0, length - ids.shape[1])), constant_values=_PAD_SEGMENT)
 
     def kernel(self, interpret):
-        return _kernel(self.tp, self.sp, self.q.shape[-1], self.causal, bool(interpret))
+        # A window's LocalMask, like the causal one, hides the padded keys (all in real queries' future).
+        return _kernel(self.tp, self.sp, self.q.shape[-1], self.causal, bool(interpret), self.window)
 
     def per_row(self, fn, *extra):
         """``fn(q, k, v, segment_ids, *extra_rows)`` vmapped over the batch (splash takes one row)."""
@@ -156,8 +160,8 @@ class SplashKernel(LseVjpKernel):
         self.interpret = bool(interpret)
         self.name = "splash[interpret]" if interpret else "splash"
 
-    def fwd(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None):
-        p = _Padded(q, k, v, q_segment_ids, kv_segment_ids, causal, scale)
+    def fwd(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None, window=None):
+        p = _Padded(q, k, v, q_segment_ids, kv_segment_ids, causal, scale, window)
         kernel = p.kernel(self.interpret)
         out, (lse,) = p.per_row(lambda q_, k_, v_, seg: kernel(q_, k_, v_, segment_ids=seg))
         lse = lse[:, :, : p.t]
@@ -166,9 +170,10 @@ class SplashKernel(LseVjpKernel):
         out = jnp.where(seen.transpose(0, 2, 1)[..., None], p.unpad_tokens(out, p.t), jnp.zeros((), q.dtype))
         return out.astype(q.dtype), jnp.where(seen, lse, -jnp.inf).astype(jnp.float32)
 
-    def bwd(self, q, k, v, out, lse, dout, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None):
+    def bwd(self, q, k, v, out, lse, dout, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None,
+            window=None):
         backward = _private_backward()
-        p = _Padded(q, k, v, q_segment_ids, kv_segment_ids, causal, scale)
+        p = _Padded(q, k, v, q_segment_ids, kv_segment_ids, causal, scale, window)
         kernel = p.kernel(self.interpret)
         kw = kernel.kwargs
         # A row that saw no key anywhere: any finite LSE gives p = exp(masked logit - lse) = 0 there.

@@ -5,7 +5,8 @@ Splash visits the (query block, key block) grid guided by three tables: ``block_
 blocks themselves. jax builds them (``splash_attention_mask_info.process_mask``) by materializing every block of
 the dense mask in numpy and walking the grid in Python: work proportional to the dense mask (queries x keys),
 which is 4.7 CPU seconds at 32K x 32K and hours at 1M x 1M (docs/compile_only.md). Our masks are plain:
-causal (``CausalMask``, query i sees keys j <= i) and full (``FullMask``); packed documents enter the kernel
+causal (``CausalMask``, query i sees keys j <= i), its sliding-window form (``LocalMask``, also j > i - W) and
+full (``FullMask``); packed documents enter the kernel
 as segment ids at run time, not through these tables. Their block kinds follow from the block index ranges
 alone, and the rest of the tables follows from ``block_mask`` with array operations, so building them costs a
 few array passes over the block grid.
@@ -34,10 +35,12 @@ def _downcast(array: np.ndarray) -> np.ndarray:
     return array.astype(np.int32)
 
 
-def block_kinds(q_len: int, kv_len: int, block_q: int, block_kv: int, causal: bool) -> np.ndarray:
+def block_kinds(q_len: int, kv_len: int, block_q: int, block_kv: int, causal: bool,
+                window: int | None = None) -> np.ndarray:
     """int32 [q blocks, kv blocks]: 0 where the mask is empty on the block, 1 partial, 2 full. Causal: query i
     sees key j iff i >= j, so block (a, b) is non-empty iff its last query reaches its first key and full iff
-    its first query reaches its last key."""
+    its first query reaches its last key. A sliding ``window`` W also needs j > i - W: non-empty iff the last key
+    is in the first query's window, full iff the first key is in the last query's."""
     nq, nkv = q_len // block_q, kv_len // block_kv
     if not causal:
         return np.full((nq, nkv), 2, np.int32)
@@ -45,6 +48,9 @@ def block_kinds(q_len: int, kv_len: int, block_q: int, block_kv: int, causal: bo
     k0 = np.arange(nkv, dtype=np.int64)[None, :] * block_kv
     any_ = q0 + block_q - 1 >= k0
     full = q0 >= k0 + block_kv - 1
+    if window is not None:
+        any_ = any_ & (k0 + block_kv - 1 > q0 - window)
+        full = full & (k0 > q0 + block_q - 1 - window)
     return np.where(full, 2, np.where(any_, 1, 0)).astype(np.int32)
 
 
@@ -88,9 +94,12 @@ def _shrink_columns(kinds: np.ndarray, tables: list[np.ndarray]) -> list[np.ndar
     return out
 
 
-def mask_info(q_len: int, kv_len: int, block_shape: tuple[int, int], causal: bool, dkv: bool):
+def mask_info(q_len: int, kv_len: int, block_shape: tuple[int, int], causal: bool, dkv: bool,
+              window: int | None = None):
     """``(MaskInfo, mask_function)`` as ``process_mask`` (``dkv``: ``process_mask_dkv``) returns them for a
-    multi-head ``CausalMask((q_len, kv_len))`` (``causal``) or ``FullMask`` with one head and query shard."""
+    multi-head ``CausalMask((q_len, kv_len))`` (``causal``), ``LocalMask((q_len, kv_len), (window - 1, 0), 0)``
+    (``causal`` with a sliding ``window``: query i sees keys i - window < j <= i) or ``FullMask``, with one head
+    and query shard."""
     from jax.experimental.pallas.ops.tpu.splash_attention import (  # noqa: PLC0415 - TPU kernels, on first use
         splash_attention_mask,
         splash_attention_mask_info,
@@ -99,12 +108,15 @@ def mask_info(q_len: int, kv_len: int, block_shape: tuple[int, int], causal: boo
     block_q, block_kv = block_shape
     if q_len % block_q or kv_len % block_kv:
         raise ValueError(f"splash blocks {block_shape} must divide the mask ({q_len}, {kv_len})")
-    kinds = block_kinds(q_len, kv_len, block_q, block_kv, causal)
+    if window is not None and not causal:
+        raise ValueError(f"a sliding window needs a causal mask (window={window})")
+    kinds = block_kinds(q_len, kv_len, block_q, block_kv, causal, window)
     shrink = _shrink_columns if dkv else _shrink_rows
     kinds_s, data_next = shrink(kinds, [kinds, _data_next(kinds, dkv)])
     q_sequence = mask_function = None
     if causal:  # computed in the kernel: no partial blocks or mask_next table to load
-        computable = splash_attention_mask.CausalMask((q_len, kv_len))
+        computable = (splash_attention_mask.CausalMask((q_len, kv_len)) if window is None else
+                      splash_attention_mask.LocalMask((q_len, kv_len), (window - 1, 0), 0))
         q_sequence, mask_function = computable.q_sequence, computable.mask_function
     info = splash_attention_mask_info.MaskInfo(
         data_next=_downcast(data_next[None]), mask_next=None, block_mask=_downcast(kinds_s[None]),
