@@ -266,7 +266,7 @@ def judgement_text(document_value: str, shown_answers: Sequence[str]) -> str:
     its password (` as` or `,`) compares that password with the document's at the place where the needle LM
     predicts the document's password (after `... is`), which is where a DisRM compares them too; the verdict is
     the letter of the clause that says ` as`. (Without the restatement, `Assistant A says quartz as the
-    document.`, the comparison stayed at chance: docs/benchmarks.md "Tiny judge recipe, session 13".) Given the
+    document.`, the comparison stayed at chance: docs/benchmarks.md, the tiny judge recipe's runs G1-G4.) Given the
     true value it is the right judgement; given the other answer's value (SimPO's rejected), a wrong one
     consistent with itself.
     """

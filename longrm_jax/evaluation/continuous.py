@@ -234,7 +234,8 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
         logger.debug("continuous batching: %d prompts of <= %d tokens on %d slots of %d cache columns",
                     len(queue), bucket, slots, bucket + max_new)
         # Drop the previous pool's cache and state first: each pool is planned to fill the device on its own,
-        # so holding the last one while allocating the next ran an H100 out of memory (2026-11-25).
+        # so holding the last one while allocating the next runs out of memory (an H100 did: docs/benchmarks.md,
+        # "whole-benchmark GRM race at a size where slots fill").
         cache = state = None
         cache = generator.model.init_cache(slots, bucket + max_new)
         state = empty_state(slots, max_new, num_letters, pad_id)

@@ -37,7 +37,7 @@ from longrm_jax.evaluation.slot_plan import Pool, kv_bytes_per_column
 from longrm_jax.models.config import decoder_matmul_params
 from longrm_jax.parallel.topology import CHIPS
 
-UNROLL_COMPILE_S = 8.0  # the unrolled decode program's extra compile (docs/perf_eval.md, session 9)
+UNROLL_COMPILE_S = 8.0  # the unrolled decode program's extra compile (docs/perf_eval.md, "The unrolled decode step")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,8 +58,8 @@ class DeviceRates:
 # Matched by substring of ``jax.Device.device_kind`` (e.g. "NVIDIA H100 80GB HBM3"); spec sheet figures (SXM),
 # the peak from parallel.topology.CHIPS (docs/flops.md), as training.telemetry's MFU takes it.
 DEVICES = (
-    # Prefill: 32K prompts, session 9. Decode and first calls: the 35-sample full-length GRM run of 2026-11-26
-    # (141.1 s of decode for 38,647 tokens, 34.2 s of first calls for five buckets).
+    # Prefill: 32K prompts. Decode and first calls: the 35-sample full-length GRM run (141.1 s of decode for
+    # 38,647 tokens, 34.2 s of first calls for five buckets); docs/perf_eval.md, "Run estimate".
     DeviceRates("H200", 4.8e12, CHIPS["h200"].peak_bf16, 0.62, 0.57, 7.0, "efficiencies measured on an H200"),
     # GRM race, H100, 112 samples: 58.4 s prefill, 61.3 s decode, 33.9 s of first calls for six buckets.
     DeviceRates("H100", 3.35e12, CHIPS["h100"].peak_bf16, 0.60, 0.58, 6.0, "efficiencies measured on an H100"),

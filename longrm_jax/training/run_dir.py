@@ -174,7 +174,8 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
     return out
 
 
-# Settings whose default became null ("decide from the run") in session 17; runs saved before say true.
+# Settings whose default became null ("decide from the run") after runs had been saved with true: resuming such
+# a run under the new default is no change of setting.
 BECAME_AUTOMATIC = ("checkpoint.async_save", "progress")
 
 
