@@ -9,12 +9,24 @@ the message is what the user needs; the traceback is for bug reports.
 from __future__ import annotations
 
 import argparse
+import enum
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 
 DEBUG_ENV = "LONGRM_DEBUG"
+
+
+class ExitStatus(enum.IntEnum):
+    """The exit statuses of every CLI (README, "Exit status"); an error class names its own in ``exit_code``."""
+
+    OK = 0
+    UNEXPECTED = 1  # anything else (a bug, the environment): the error line says what
+    INPUT_REFUSED = 2  # a flag, setting, path or data row the user gave; a missing file
+    TRAINING_STOPPED = 3  # training stopped on its data or loss
+    DOES_NOT_FIT = 4  # a program does not fit the device (or the host's free RAM)
+    INTERRUPTED = 130  # SIGINT (128 + 2); a training run stopped by SIGTERM exits 143 (training.interrupt)
 
 
 class InputError(ValueError):
@@ -25,7 +37,7 @@ class InputError(ValueError):
     130 / 143 interrupted. An error class says its status in ``exit_code``; this module sits below every layer, so
     any may raise it."""
 
-    exit_code = 2
+    exit_code = ExitStatus.INPUT_REFUSED
 
 
 # Messages we write for the user; any other exception type is printed with its type name (e.g. "KeyError: x").
@@ -60,15 +72,16 @@ def run_cli(body: Callable[[list[str]], int | None], argv: Sequence[str] | None 
     default_jax_platforms()
     fake_cpu_device_threads()  # before any backend starts: see its comment
     try:
-        return body(argv) or 0
+        return body(argv) or ExitStatus.OK
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return ExitStatus.INTERRUPTED
     except Exception as error:  # noqa: BLE001 - the CLI boundary: every error becomes one line
         if debug_requested(argv):
             raise
         print(error_line(error), file=sys.stderr)
-        return getattr(error, "exit_code", 2 if isinstance(error, FileNotFoundError) else 1)
+        return getattr(error, "exit_code",
+                       ExitStatus.INPUT_REFUSED if isinstance(error, FileNotFoundError) else ExitStatus.UNEXPECTED)
 
 
 def default_jax_platforms(environ=None) -> None:

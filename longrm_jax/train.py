@@ -17,6 +17,8 @@ from importlib import resources
 
 import yaml
 
+from longrm_jax.cli_support import ExitStatus
+
 # The default run (no --config): package data, so an installed package has it too.
 DEFAULT_CONFIG_FILE = "configs/tiny_default.yaml"
 DEFAULT_CONFIG = yaml.safe_load(resources.files("longrm_jax").joinpath(DEFAULT_CONFIG_FILE).read_text())
@@ -94,10 +96,10 @@ def _train(argv: list[str]) -> int:
         if args.debug:
             raise
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return ExitStatus.INPUT_REFUSED
     if args.print_config:
         print(to_yaml(cfg))
-        return 0
+        return ExitStatus.OK
     from longrm_jax.ops import slow_paths
 
     slow_paths.set_strict(cfg.strict_kernels or args.strict_kernels)
@@ -145,12 +147,12 @@ def _train(argv: list[str]) -> int:
         if args.debug:
             raise
         print(f"error: {e}", file=sys.stderr)
-        return 3
+        return ExitStatus.TRAINING_STOPPED
     except (FileExistsError, FileNotFoundError, RunDirLockedError, ResumeMismatchError) as e:
         if args.debug:
             raise
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return ExitStatus.INPUT_REFUSED
     if result.accuracy_before is not None or result.accuracy_after is not None:
         print(f"pairwise accuracy on held-out pairs: before {_percent(result.accuracy_before)}, "
               f"after {_percent(result.accuracy_after)} ({result.final_step} steps)")
@@ -164,7 +166,7 @@ def _train(argv: list[str]) -> int:
     slow = slow_paths.summary_line()
     if slow:
         print(slow)
-    return 0
+    return ExitStatus.OK
 
 
 def _percent(value: float | None) -> str:
@@ -214,8 +216,8 @@ def _compile_only(cfg, args) -> int:
         first = report.error.splitlines()[0].rstrip(":") if report.error else "the step does not fit"
         print(f"error: {topology.label}: {first} (the memory plan's figures and what reduces them: above)",
               file=sys.stderr)
-        return 4
-    return 0
+        return ExitStatus.DOES_NOT_FIT
+    return ExitStatus.OK
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import os
 
 import jax
 
+from longrm_jax.cli_support import ExitStatus
 from longrm_jax.parallel.topology import GiB
 
 # Bytes per token of a packed host batch: input_ids, positions, segment_ids and loss_mask, int32 each
@@ -32,7 +33,7 @@ class HostMemoryError(RuntimeError):
     """The host cannot hold what the run needs (the data pipeline's batches). Exit status 4, as the memory
     plan's refusals."""
 
-    exit_code = 4
+    exit_code = ExitStatus.DOES_NOT_FIT
 
 
 def format_bytes(n: float, digits: int = 2) -> str:

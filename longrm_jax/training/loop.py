@@ -20,7 +20,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from longrm_jax.cli_support import InputError
+from longrm_jax.cli_support import ExitStatus, InputError
 from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.training import batches as batch_lib
 from longrm_jax.training.checkpoint import Checkpointer, completed_steps, is_training_checkpoint, saved_run_config
@@ -46,13 +46,13 @@ from longrm_jax.training.telemetry import LoraFlops, MetricsWriter, StepProfiler
 class NonFiniteLossError(RuntimeError):
     """The loss or gradient norm became NaN / inf; the run stopped without saving that state."""
 
-    exit_code = 3  # training stopped on its loss or data (README, "Exit status")
+    exit_code = ExitStatus.TRAINING_STOPPED
 
 
 class DegenerateDataError(RuntimeError):
     """Every preference group of the first batch has a rejected sequence identical to its chosen one."""
 
-    exit_code = 3
+    exit_code = ExitStatus.TRAINING_STOPPED
 
 
 @dataclass

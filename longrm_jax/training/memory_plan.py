@@ -37,6 +37,7 @@ import jax
 import numpy as np
 
 from longrm_jax import xla_log
+from longrm_jax.cli_support import ExitStatus
 from longrm_jax.models.layers import device_twin
 from longrm_jax.parallel.target import target_of
 from longrm_jax.parallel.topology import GPU_RUNTIME_HEADROOM, GiB
@@ -90,7 +91,7 @@ class MemoryPlanError(RuntimeError):
     """The compiled train step needs more device memory than there is. ``tried``: the candidates' one-line
     results; ``last``: (candidate, its programs) of the last one compiled (None: refused before compiling)."""
 
-    exit_code = 4  # the step does not fit the device (as --compile-only's refusal; README, "Exit status")
+    exit_code = ExitStatus.DOES_NOT_FIT  # as --compile-only's refusal
 
     def __init__(self, message: str, tried: list | None = None, last: tuple | None = None):
         super().__init__(message)

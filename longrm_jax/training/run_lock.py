@@ -14,6 +14,8 @@ import os
 import socket
 import time
 
+from longrm_jax.cli_support import ExitStatus
+
 LOCK_NAME = ".run.lock"
 logger = logging.getLogger(__name__)
 
@@ -21,7 +23,7 @@ logger = logging.getLogger(__name__)
 class RunDirLockedError(RuntimeError):
     """Another live run holds the output directory."""
 
-    exit_code = 2  # the output_dir given is refused (cli_support.InputError's status)
+    exit_code = ExitStatus.INPUT_REFUSED  # the output_dir given is refused
 
 
 def _pid_alive(pid: int) -> bool:
