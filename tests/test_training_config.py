@@ -30,7 +30,7 @@ def test_unknown_key_lists_valid_keys(tmp_path):
     assert "valid keys" in msg and "lr" in msg and "warmup_ratio" in msg
     with pytest.raises(ConfigError, match="unknown key 'stages'.*valid keys:.*stage"):
         load_config(None, ["stages=bt"])
-    with pytest.raises(ConfigError, match="unknown key 'sizes' at mesh; valid keys: data, fsdp, param_axes, seq, tensor"):
+    with pytest.raises(ConfigError, match="unknown key 'sizes' at mesh; valid keys: auto, data, fsdp, optimizer_axes, param_axes, seq, tensor"):
         load_config(None, ["mesh.sizes=2"])
 
 

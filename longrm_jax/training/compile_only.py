@@ -29,6 +29,7 @@ from longrm_jax.parallel.topology import GiB, Topology, host_count, program_budg
 from longrm_jax.training.config import ModelSection, TrainConfig
 from longrm_jax.training.memory_plan import (HOST_RAM_SHARE, MemoryPlanError, plan_train_step, predicted_host,
                                              predicted_peak)
+from longrm_jax.training.mesh_plan import plan_auto_mesh
 from longrm_jax.training.telemetry import step_flops
 
 
@@ -106,10 +107,11 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
     from longrm_jax.training.steps import StageSpec
 
     devices = topology.devices()
-    m = cfg.mesh
-    mesh = make_mesh(data=m.data, fsdp=m.fsdp, seq=m.seq, tensor=m.tensor, devices=devices)
-    check_rows_split(cfg, mesh)
-    sizes = {k: int(v) for k, v in mesh.shape.items()}
+    m, mesh, sizes = cfg.mesh, None, {}
+    if not m.auto:  # mesh: auto is chosen with the memory plan below
+        mesh = make_mesh(data=m.data, fsdp=m.fsdp, seq=m.seq, tensor=m.tensor, devices=devices)
+        check_rows_split(cfg, mesh)
+        sizes = {k: int(v) for k, v in mesh.shape.items()}
     report = CompileReport(topology.label, topology.chips, host_count(devices), sizes, fits=False,
                            hbm_gib=topology.chip.hbm_bytes / GiB, mfu=mfu)
     out = report.lines
@@ -123,7 +125,8 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
     per_step = cfg.data.batch_rows * cfg.grad_accum
     groups = (f", {cfg.pipeline_rows_per_step} preference group(s) of {1 + cfg.data.num_rejects} rows"
               if cfg.data.layout == "rows" and cfg.stage != "sft" else "")
-    out.append("mesh " + " x ".join(f"{k} {v}" for k, v in sizes.items()) + f"; stage {cfg.stage}, "
+    out.append(("mesh auto" if m.auto else "mesh " + " x ".join(f"{k} {v}" for k, v in sizes.items()))
+               + f"; stage {cfg.stage}, "
                f"{per_step} rows x {cfg.data.seq_len} tokens per step ({cfg.data.batch_rows} per micro step x "
                f"grad_accum {cfg.grad_accum}{groups})")
     mcfg, note = _model_config(cfg)
@@ -143,7 +146,12 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
     key = jax.random.key(cfg.seed + 1)
     try:
         with compiling_for(devices):
-            plan = plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, device_bytes=budget)
+            if m.auto:
+                auto = plan_auto_mesh(cfg, mcfg, tx, schedule, spec, devices, key, device_bytes=budget)
+                cfg, plan, report.mesh = auto.cfg, auto.plan, {k: int(v) for k, v in auto.mesh.shape.items()}
+                out.extend(auto.lines())
+            else:
+                plan = plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, device_bytes=budget)
     except MemoryPlanError as e:
         report.error = str(e)
         out.append(str(e))

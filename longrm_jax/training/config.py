@@ -150,6 +150,10 @@ class LoraSection:
 
 @dataclass
 class MeshSection:
+    # `mesh: auto` (YAML) or `--set mesh=auto`: the trainer chooses data, fsdp or seq over every device, the one
+    # that fits and moves the fewest bytes per step (training.mesh_plan, parallel.mesh_choice). A later
+    # `--set mesh.<key>=...` sets the mesh by hand instead, starting from MESH_BY_HAND.
+    auto: bool = False
     data: int = 1
     fsdp: int = -1
     seq: int = 1
@@ -157,6 +161,14 @@ class MeshSection:
     # Mesh axes the parameters' model dimension (and so optimizer state) is sharded over. ["fsdp", "seq"]
     # shards them over the sequence-parallel devices too (ZeRO over every device, as upstream's ZeRO + SP).
     param_axes: list = field(default_factory=lambda: ["fsdp"])
+    # Mesh axes the optimizer moments' model dimension is sharded over; null: param_axes. ["data"] with the
+    # weights replicated is ZeRO-1 (what auto's data-parallel choice sets).
+    optimizer_axes: list | None = None
+
+
+# What `--set mesh.<key>=...` over `mesh: auto` starts from: one device, weights sharded over fsdp and seq (the
+# shipped GPU configs' explicit mesh before auto), so `--set mesh.seq=4` is the ring over 4 devices as it was.
+MESH_BY_HAND = {"data": 1, "fsdp": 1, "seq": 1, "tensor": 1, "param_axes": ["fsdp", "seq"]}
 
 
 @dataclass
@@ -272,9 +284,13 @@ class TrainConfig:
         if self.mesh.seq > 1 and self.data.seq_len % (2 * self.mesh.seq):
             raise ConfigError(f"data.seq_len ({self.data.seq_len}) must be a multiple of 2 x mesh.seq "
                               f"({2 * self.mesh.seq}) for zigzag ring attention")
-        bad_axes = set(self.mesh.param_axes) - {"data", "fsdp", "seq", "tensor"}
-        if bad_axes:
-            raise ConfigError(f"mesh.param_axes: unknown mesh axes {sorted(bad_axes)}; valid: data, fsdp, seq, tensor")
+        for key in ("param_axes", "optimizer_axes"):
+            bad_axes = set(getattr(self.mesh, key) or ()) - {"data", "fsdp", "seq", "tensor"}
+            if bad_axes:
+                raise ConfigError(f"mesh.{key}: unknown mesh axes {sorted(bad_axes)}; valid: data, fsdp, seq, tensor")
+        sized = [k for k in ("data", "fsdp", "seq", "tensor") if getattr(self.mesh, k) != getattr(MeshSection, k)]
+        if self.mesh.auto and sized:
+            raise ConfigError(f"mesh.auto chooses the axis sizes itself; drop mesh.{', mesh.'.join(sized)} (or auto)")
         if self.checkpoint.on_low_disk not in ("error", "delete_oldest"):
             raise ConfigError(f"checkpoint.on_low_disk must be error or delete_oldest; got "
                               f"{self.checkpoint.on_low_disk!r}")
@@ -489,6 +505,8 @@ def _build(cls, data: dict, where: str):
             )
         tp = types_[key]
         sub = f"{where}.{key}" if where else key
+        if tp is MeshSection and value == "auto":  # `mesh: auto`
+            value = {"auto": True}
         kwargs[key] = _build(tp, value or {}, sub) if dataclasses.is_dataclass(tp) else _coerce(value, tp, sub)
     return cls(**kwargs)
 
@@ -526,6 +544,8 @@ def apply_override(data: dict, assignment: str) -> None:
         if last:
             node[part] = value
         else:
+            if node.get(part) == "auto" and tp is MeshSection:  # `mesh: auto` then `--set mesh.seq=4`: by hand
+                node[part] = dict(MESH_BY_HAND)
             node = node.setdefault(part, {})
             cls = tp if dataclasses.is_dataclass(tp) else (dict if tp is dict else None)
             if cls is None:

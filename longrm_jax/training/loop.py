@@ -33,6 +33,7 @@ from longrm_jax.training.distributed import maybe_initialize
 from longrm_jax.training.host_memory import check_data_buffers
 from longrm_jax.training.interrupt import StopSignals, TrainingInterrupted
 from longrm_jax.training.memory_plan import GiB, peak_device_gib, plan_train_step, predicted_host
+from longrm_jax.training.mesh_plan import plan_auto_mesh
 from longrm_jax.training.model_setup import codec_for, load_model, model_config
 from longrm_jax.training.run_dir import (SetAside, adopt_set_aside_runs, check_fresh_run_allowed,
                                          check_resume_compatible, set_aside_previous_run, trim_metrics)
@@ -180,7 +181,7 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
     tx = make_optimizer(cfg.optim, inputs.total_steps)
     schedule = lr_schedule(cfg.optim, inputs.total_steps)
     state_key = jax.random.key(cfg.seed + 1)
-    cfg, plan, first_spec = _plan_step(cfg, inputs, tx, schedule, state_key)
+    cfg, inputs, plan, first_spec = _plan_step(cfg, inputs, tx, schedule, state_key)
     point = None
     if inputs.resumable:  # before any weight is read or anything written: one line naming what differs, read
         # from the newest step whose files are intact (training.checkpoint_check: a corrupt one is named, skipped)
@@ -283,8 +284,10 @@ def _prepare_inputs(cfg: TrainConfig, resume: bool) -> _RunInputs:
     devices = jax.devices()
     if -1 not in sizes and jax.process_count() == 1 and math.prod(sizes) < len(devices):
         devices = devices[: math.prod(sizes)]  # a fixed-size mesh on a larger host uses its first devices
-    mesh = make_mesh(data=m.data, fsdp=m.fsdp, seq=m.seq, tensor=m.tensor, devices=devices)
-    check_rows_split(cfg, mesh)
+    mesh = None  # mesh: auto is chosen with the step's memory plan (_plan_step)
+    if not m.auto:
+        mesh = make_mesh(data=m.data, fsdp=m.fsdp, seq=m.seq, tensor=m.tensor, devices=devices)
+        check_rows_split(cfg, mesh)
     check_data_buffers(cfg)  # before any batch is packed: one too large for the RAM ended in the OOM killer
     tokenizer = load_tokenizer(cfg.data)
     records = train_records(cfg)
@@ -302,26 +305,34 @@ def _prepare_inputs(cfg: TrainConfig, resume: bool) -> _RunInputs:
              "set steps=N for a fixed number of optimizer steps")
     if resume and not has_checkpoint:
         _log(f"--resume: no checkpoint in {ckpt_dir}; starting from scratch")
-    return _RunInputs(mesh=mesh, seq_shards=int(mesh.shape["seq"]), slots=data_slots(cfg), tokenizer=tokenizer,
-                      records=records, eval_host=eval_host, no_eval_reason=no_eval_reason, total_steps=total_steps,
+    return _RunInputs(mesh=mesh, seq_shards=int(mesh.shape["seq"]) if mesh else 1, slots=data_slots(cfg),
+                      tokenizer=tokenizer, records=records, eval_host=eval_host, no_eval_reason=no_eval_reason,
+                      total_steps=total_steps,
                       num_rejects=0 if cfg.stage == "sft" else cfg.data.num_rejects, ckpt_dir=ckpt_dir,
                       has_checkpoint=has_checkpoint, resumable=resume and has_checkpoint)
 
 
 def _plan_step(cfg: TrainConfig, inputs: _RunInputs, tx, schedule, state_key):
-    """(cfg with remat resolved, the compiled step's plan, its StageSpec). The step is compiled before any
-    weights are loaded: a step that cannot fit stops here, in seconds, with the predicted memory and what to
-    change (training.memory_plan); remat "auto" is resolved here."""
+    """(cfg with remat resolved, inputs, the compiled step's plan, its StageSpec). The step is compiled before
+    any weights are loaded: a step that cannot fit stops here, in seconds, with the predicted memory and what to
+    change (training.memory_plan); remat "auto" and mesh "auto" (cfg's mesh and inputs.mesh) are resolved here."""
     first_spec = StageSpec(cfg.stage, inputs.num_rejects, _groups_bound(cfg, 1), inputs.slots is not None)
-    plan = plan_train_step(cfg, model_config(cfg, inputs.tokenizer), tx, schedule, first_spec, inputs.mesh,
-                           state_key)
+    if cfg.mesh.auto:  # the mesh that fits and moves the fewest bytes per step (training.mesh_plan)
+        auto = plan_auto_mesh(cfg, model_config(cfg, inputs.tokenizer), tx, schedule, first_spec, jax.devices(),
+                              state_key)
+        cfg, plan = auto.cfg, auto.plan
+        inputs = dataclasses.replace(inputs, mesh=auto.mesh, seq_shards=int(auto.mesh.shape["seq"]))
+        _log("\n".join(auto.lines()))
+    else:
+        plan = plan_train_step(cfg, model_config(cfg, inputs.tokenizer), tx, schedule, first_spec, inputs.mesh,
+                               state_key)
     _log(plan.summary() + (f" (auto: tried {', '.join(plan.tried)})" if cfg.model.remat == "auto" else ""))
     chosen = (plan.remat, plan.mlp_chunk_tokens, plan.offloaded_layers)
     if (cfg.model.remat, cfg.model.mlp_chunk_tokens, cfg.model.offloaded_layers) != chosen:
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, remat=plan.remat,
                                                                  mlp_chunk_tokens=plan.mlp_chunk_tokens,
                                                                  offloaded_layers=plan.offloaded_layers))
-    return cfg, plan, first_spec
+    return cfg, inputs, plan, first_spec
 
 
 def _write_run_record(cfg: TrainConfig, plan) -> None:

@@ -366,12 +366,14 @@ class LowerBound:
 
 
 def lower_bound(state, batch: dict, mcfg, remat: str, grad_accum: int, devices: int,
-                state_device: int | None = None) -> LowerBound:
+                state_device: int | None = None, gradients: int | None = None) -> LowerBound:
     """``LowerBound`` of a step on ``devices`` devices with abstract ``state`` and ``batch`` (as the plan builds
     them); ``remat``: the configured policy (``auto`` counts no layer inputs: it may offload them);
-    ``state_device``: the state's device bytes when not its shardings' (``state_placement``)."""
+    ``state_device``: the state's device bytes when not its shardings' (``state_placement``); ``gradients``: the
+    gradients' bytes when not laid out as the parameters (``gradient_bytes``)."""
     resident = bytes_per_device(state) if state_device is None else state_device
-    bound = LowerBound(resident, bytes_per_device(state.params), bytes_per_device(batch))
+    grads = bytes_per_device(state.params) if gradients is None else gradients
+    bound = LowerBound(resident, grads, bytes_per_device(batch))
     if remat not in ON_DEVICE_REMAT:
         return bound
     tokens = int(np.prod(batch["input_ids"].shape, dtype=np.int64)) // grad_accum
@@ -391,6 +393,15 @@ def refuse_early(bound: LowerBound, budget: int | None, remat: str, hints: tuple
         f"the train step does not fit the device: predicted at least {need} per device "
         f"(lower bound: {bound.describe()}), available {available} (model.remat={remat}; before "
         f"compiling)\nreduce it with: " + "; ".join(hints))
+
+
+def gradient_bytes(state, sh) -> int:
+    """Bytes per device of the gradients the step passes from its gradient program to its update, laid out as
+    the optimizer moments (``training.steps.gradient_shardings``: sharded under ZeRO-1 where the weights are not)."""
+    from longrm_jax.training.steps import gradient_shardings
+
+    return bytes_per_device(jax.tree.map(lambda p, s: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=s),
+                                         state.params, gradient_shardings(sh)))
 
 
 def abstract_batch(cfg, mesh, slots: int | None) -> dict:
@@ -415,6 +426,7 @@ class StepPlan:
     device_kind: str = ""  # of the mesh the step was compiled for
     bound: LowerBound | None = None  # what the plan knew before compiling
     offloaded_layers: int | None = None  # model.offloaded_layers of the chosen step (None: every layer)
+    mesh_auto: dict | None = None  # mesh: auto's choice and candidates (training.mesh_plan)
 
     def write(self, path: str) -> None:
         """The plan as JSON (``<output_dir>/memory_plan.json``): chosen remat, candidates tried, per program."""
@@ -423,7 +435,7 @@ class StepPlan:
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"device": self.device_kind or jax.devices()[0].device_kind, "remat": self.remat,
                        "mlp_chunk_tokens": self.mlp_chunk_tokens, "offloaded_layers": self.offloaded_layers,
-                       "tried": self.tried,
+                       "tried": self.tried, **({"mesh_auto": self.mesh_auto} if self.mesh_auto else {}),
                        "predicted_peak_gib": predicted_peak(self.programs) / GiB,
                        "predicted_host_gib": predicted_host(self.programs) / GiB,
                        "programs": [dict(vars(p), peak=p.peak) for p in self.programs]}, f, indent=1)
@@ -487,7 +499,7 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
         # never reads them.
         resident, state_host, unplaced = state_placement(cfg, state)
         resident = {"gradients": resident, "update": resident + unplaced}
-        inputs = {"gradients": bytes_per_device(batch), "update": bytes_per_device(state.params)}
+        inputs = {"gradients": bytes_per_device(batch), "update": gradient_bytes(state, sh)}
         try:
             with jax.set_mesh(mesh), xla_log.quiet_xla_memory_lines(xla_lines):
                 compiled = step.compile(state, batch)
@@ -506,9 +518,10 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
 
     candidates = AUTO_REMAT_ORDER if cfg.model.remat == "auto" else (mcfg.remat,)
     hints = reduce_hints(cfg, {k: int(v) for k, v in mesh.shape.items()})
-    state, _ = abstract_state(cfg, codec_for(mcfg), tx, mesh, key)
+    state, state_sh = abstract_state(cfg, codec_for(mcfg), tx, mesh, key)
     state_device, state_host, _ = state_placement(cfg, state)
-    bound = lower_bound(state, batch, mcfg, cfg.model.remat, cfg.grad_accum, mesh.size, state_device)
+    bound = lower_bound(state, batch, mcfg, cfg.model.remat, cfg.grad_accum, mesh.size, state_device,
+                        gradient_bytes(state, state_sh))
     try:
         refuse_early(bound, budget, cfg.model.remat, hints)
         with xla_log.counted(log, xla_lines):

@@ -85,9 +85,13 @@ def state_specs(cfg: TrainConfig, codec: ParamCodec, tx, trainable: dict, frozen
     adapters replicated, optimizer moments like their parameters, scalars replicated."""
     base = codec.specs(mesh, param_sharding_rules(cfg.mesh.param_axes))
     param_specs = {k: base.get(k, P()) for k in trainable}
+    # mesh.optimizer_axes: the moments sharded apart from their parameters (ZeRO-1: weights replicated over data)
+    opt_base = base if cfg.mesh.optimizer_axes is None else codec.specs(
+        mesh, param_sharding_rules(cfg.mesh.optimizer_axes))
     abstract = jax.eval_shape(tx.init, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), trainable))
     opt_specs = optax.tree_map_params(
-        tx, lambda _, spec: spec, abstract, param_specs, transform_non_params=lambda _: P(),
+        tx, lambda _, spec: spec, abstract, {k: opt_base.get(k, P()) for k in trainable},
+        transform_non_params=lambda _: P(),
         is_leaf=lambda x: isinstance(x, P),
     )
     return TrainState(step=P(), params=param_specs, frozen={k: base[k] for k in frozen}, opt_state=opt_specs)

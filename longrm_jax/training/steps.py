@@ -275,12 +275,25 @@ class JittedTrainStep:
 
     def compile(self, state, batch) -> "JittedTrainStep":
         grads_abs, aux_abs = jax.eval_shape(self.gradients, state, batch)
-        grads_abs = jax.tree.map(lambda g, p: jax.ShapeDtypeStruct(g.shape, g.dtype, sharding=p.sharding),
-                                 grads_abs, state.params)
+        grads_sh = gradient_shardings(jax.tree.map(lambda x: x.sharding, state))
+        grads_abs = jax.tree.map(lambda g, s: jax.ShapeDtypeStruct(g.shape, g.dtype, sharding=s), grads_abs, grads_sh)
         gradients = self.gradients.lower(state, batch).compile()
         update = self.update.lower(state, grads_abs, aux_abs).compile()
         return JittedTrainStep(gradients, update, (("gradients", gradients), ("update", update)),
                                tuple(batch["input_ids"].shape), self)
+
+
+def gradient_shardings(state_shardings):
+    """The gradients laid out as the AdamW moments they update (``mu``'s shardings, in the parameters' memory):
+    the parameters' own layout, except under ``mesh.optimizer_axes`` (ZeRO-1: weights replicated, moments
+    sharded), where the gradient program then ends in a reduce-scatter instead of an all-reduce and each device
+    keeps only its shard of the gradients."""
+    params = state_shardings.params
+    mu = optax.tree_utils.tree_get(state_shardings.opt_state, "mu", default=None)
+    if mu is None or jax.tree.structure(mu) != jax.tree.structure(params):
+        return params
+    return jax.tree.map(lambda m, p: jax.sharding.NamedSharding(p.mesh, m.spec, memory_kind=p.memory_kind), mu,
+                        params)
 
 
 def jit_train_step(step: TrainStep, state_shardings, batch_shardings) -> JittedTrainStep:
@@ -288,9 +301,10 @@ def jit_train_step(step: TrainStep, state_shardings, batch_shardings) -> JittedT
     GPUs with the collective-overlap compiler options (``xla_flags.gpu_mesh_compiler_options``)."""
     mesh = getattr(jax.tree.leaves(state_shardings.params)[0], "mesh", None)
     options = gpu_mesh_compiler_options(mesh)
+    grads = gradient_shardings(state_shardings)
     gradients = jax.jit(step.gradients, in_shardings=(state_shardings, batch_shardings),
-                        out_shardings=(state_shardings.params, None), compiler_options=options)
-    update = jax.jit(step.update, in_shardings=(state_shardings, state_shardings.params, None),
+                        out_shardings=(grads, None), compiler_options=options)
+    update = jax.jit(step.update, in_shardings=(state_shardings, grads, None),
                      out_shardings=(state_shardings, None), donate_argnums=0, compiler_options=options)
     return JittedTrainStep(gradients, update)
 

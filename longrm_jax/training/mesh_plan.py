@@ -1,0 +1,101 @@
+"""``mesh: auto``: the mesh chosen by what fits and what moves least (issue 40 item 2).
+
+The candidates and their bytes per step come from ``parallel.mesh_choice`` (data parallel with ZeRO-1, FSDP, the
+``seq`` ring); this module sizes them for a run's model and data and asks the memory plan
+(``training.memory_plan.plan_train_step``) about each, fewest bytes first, until one fits. The plan's own lower
+bound (weights + gradients + optimizer state per device + batch + the layer inputs an on-device remat policy
+keeps) refuses a hopeless candidate before anything compiles, so a replicated 8B state on 80 GB GPUs costs no
+compile. The chosen candidate's compiled step is the run's (no second compile).
+
+The result: the config with the mesh section resolved (explicit sizes, ``param_axes``, ``optimizer_axes``), the
+mesh, the step's plan, and the candidates with their outcomes (printed as a table by the trainer and by
+``--compile-only``, written to memory_plan.json under ``"mesh_auto"``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+from longrm_jax.parallel import mesh_choice
+from longrm_jax.parallel.mesh import make_mesh
+from longrm_jax.training.config import MeshSection, TrainConfig
+from longrm_jax.training.memory_plan import MemoryPlanError, StepPlan, plan_train_step, predicted_peak
+
+
+@dataclass
+class AutoMesh:
+    cfg: TrainConfig  # mesh section resolved
+    mesh: object
+    plan: StepPlan
+    candidates: list
+
+    def lines(self) -> list[str]:
+        return mesh_choice.table(self.candidates, self.mesh.size)
+
+
+def resolved(cfg: TrainConfig, cand: mesh_choice.Candidate) -> TrainConfig:
+    """``cfg`` with the mesh of ``cand`` in place of ``auto``."""
+    section = MeshSection(auto=False, param_axes=list(cand.param_axes), optimizer_axes=cand.optimizer_axes,
+                          **cand.sizes)
+    return dataclasses.replace(cfg, mesh=section)
+
+
+def step_traffic(cfg: TrainConfig, mcfg, tx, key) -> mesh_choice.StepTraffic:
+    """What the candidates' collectives depend on, from the abstract train state (shapes only, nothing placed)."""
+    from longrm_jax.training.model_setup import codec_for
+    from longrm_jax.training.state import abstract_state
+
+    one = make_mesh(data=1, fsdp=1, seq=1, tensor=1, devices=jax.devices()[:1])
+    state, _ = abstract_state(dataclasses.replace(cfg, mesh=MeshSection(fsdp=1)), codec_for(mcfg), tx, one, key)
+
+    def size(tree):
+        return sum(int(np.prod(x.shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
+
+    trained = size(state.params)
+    kv = 2 * mcfg.num_layers * mcfg.num_kv_heads * mcfg.head_dim * np.dtype(mcfg.compute_dtype).itemsize
+    return mesh_choice.StepTraffic(weight_bytes=trained + size(state.frozen), grad_bytes=trained,
+                                   micro_steps=cfg.grad_accum, tokens=cfg.data.batch_rows * cfg.data.seq_len,
+                                   kv_bytes_per_token=kv)
+
+
+def _why_not(err: MemoryPlanError) -> str:
+    """The memory plan's refusal as one short reason."""
+    first = str(err).splitlines()[0].removeprefix("the train step does not fit ").rstrip(":")
+    if not err.tried:
+        return "before compiling: " + first
+    return "compiled: " + first if len(err.tried) == 1 else f"compiled, tried {', '.join(err.tried)}: {first}"
+
+
+def plan_auto_mesh(cfg: TrainConfig, mcfg, tx, schedule, spec, devices, key, *,
+                   device_bytes: int | None = None) -> AutoMesh:
+    """Choose the mesh for ``cfg`` (``mesh.auto``) over ``devices``: the candidate moving the fewest bytes per
+    step whose memory plan fits. Raises ``MemoryPlanError`` with the table when none does."""
+    cands = mesh_choice.candidates(len(devices), cfg.data.batch_rows, cfg.data.seq_len,
+                                   step_traffic(cfg, mcfg, tx, key))
+    last = None
+    for cand in cands:
+        if cand.refused:
+            continue
+        run_cfg = resolved(cfg, cand)
+        mesh = make_mesh(**cand.sizes, devices=devices)
+        try:
+            plan = plan_train_step(run_cfg, mcfg, tx, schedule, spec, mesh, key, device_bytes=device_bytes)
+        except MemoryPlanError as err:
+            cand.refused, last = _why_not(err), err
+            continue
+        cand.chosen = True
+        cand.notes.insert(0, f"fits, predicted peak {mesh_choice.human(predicted_peak(plan.programs))} per device "
+                             f"(model.remat={plan.remat})")
+        if len(cands) > 1:
+            cand.notes.append("the fewest bytes of those that fit")
+        plan.mesh_auto = {"chosen": cand.sizes, "candidates": mesh_choice.as_json(cands),
+                          "table": mesh_choice.table(cands, len(devices))}
+        return AutoMesh(run_cfg, mesh, plan, cands)
+    table = "\n".join(mesh_choice.table(cands, len(devices)))
+    raise MemoryPlanError(f"mesh auto: no mesh over {len(devices)} device(s) fits\n{table}"
+                          + (f"\nthe last one tried: {last}" if last is not None else ""),
+                          last.tried if last is not None else [], last.last if last is not None else None)
