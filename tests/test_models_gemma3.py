@@ -185,3 +185,18 @@ def test_causal_checkpoint_as_score_head_and_other_prefix(tmp_path):
     with torch.no_grad():
         hidden = ref.model.language_model(torch.tensor(ids)).last_hidden_state.numpy()
     assert rel_err(model.hidden_states(jnp.asarray(ids, jnp.int32)), hidden) <= TOL
+
+
+@pytest.mark.parametrize("name", ["1b", "4b"])
+def test_exported_config_reads_back_the_same(name):
+    """to_hf_config then from_hf_config gives the same ModelConfig (layer kinds, both RoPEs, Gemma's flags); a
+    multimodal source exports as a text-only Gemma3ForCausalLM config without its vision keys."""
+    from longrm_jax.models.config import from_hf_config, to_hf_config
+
+    raw = GEMMA3_1B if name == "1b" else GEMMA3_4B
+    cfg = from_hf_config(raw)
+    out = to_hf_config(cfg, base=raw)
+    assert out["architectures"] == ["Gemma3ForCausalLM"] and out["model_type"] == "gemma3_text"
+    assert "vision_config" not in out and "text_config" not in out and out["sliding_window_pattern"] == 6
+    assert from_hf_config(out) == cfg
+    assert list(transformers.Gemma3TextConfig(**out).layer_types) == list(cfg.layer_types)
