@@ -1,0 +1,295 @@
+"""A small public Python API: score answers with a discriminative reward model, judge them with a generative one.
+
+Both classes run the evaluator's own code (``python -m longrm_jax.evaluate``), not a copy of it: each input is
+wrapped in the evaluator's :class:`~longrm_jax.evaluation.samples.EvalSample`, so the chat template, the middle
+truncation, the position the score is read at (the sequence's last token: ``<|im_end|>`` or the newline after it,
+as the template ends the turn), the judge prompt and the verdict parser are those of ``evaluate``, and the numbers
+equal what it writes to ``predictions.jsonl`` for the same text (``tests/test_api.py``)::
+
+    from longrm_jax import RewardModel, Judge
+
+    rm = RewardModel.from_pretrained("runs/tiny_disrm_hf")
+    rm.score("What is 2 + 2?", "4")                        # one float
+    rm.score("What is 2 + 2?", ["4", "5", "22"])           # best-of-N: np.ndarray [3]
+    rm.compare("What is 2 + 2?", "4", "5").probability     # P(a preferred over b) = sigmoid(r_a - r_b)
+
+    judge = Judge.from_pretrained("runs/tiny_grm_hf")
+    judge.judge(document, "What is the password of the blue door?", [answer_a, answer_b]).best  # 0, 1 or None
+
+A prompt is a string (one user turn) or a list of chat messages (``[{"role": "user", "content": ...}, ...]``, as
+a Long-RewardBench ``prompt_template``). ``mesh``: a :class:`jax.sharding.Mesh` or axis sizes such as
+``{"fsdp": 2, "seq": 2}`` (as ``evaluate --mesh``); rows are split over ``data`` x ``fsdp`` and, with ``seq`` > 1,
+tokens over ``seq`` (ring attention).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
+
+Prompt = str | Sequence[Mapping[str, str]]
+
+__all__ = ["Comparison", "Judge", "Judgement", "RewardModel"]
+
+
+def _is_one_prompt(prompt: Any) -> bool:
+    """A string, or a list of chat messages (dicts), is one prompt; a list of those is a batch."""
+    if isinstance(prompt, str):
+        return True
+    return isinstance(prompt, Sequence) and len(prompt) > 0 and all(isinstance(m, Mapping) for m in prompt)
+
+
+def _messages(prompt: Prompt) -> list[dict]:
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if not _is_one_prompt(prompt) or any("content" not in m for m in prompt):
+        raise TypeError("a prompt is a string or a list of chat messages ({'role': ..., 'content': ...})")
+    return [dict(m) for m in prompt]
+
+
+JUDGE_KINDS = ("auto", "pair", "rank")
+
+
+def _sample(prompt: Prompt, answers: Sequence[str], index: int = 0, kind: str = "auto"):
+    """The evaluator's sample for ``answers`` to ``prompt``, shown in the given order. ``kind``: "pair" (the
+    pairwise prompt, ``[[A]]`` / ``[[B]]``; 2 answers), "rank" (a ranking, ``[[B>A>C]]``), "auto": pair for 2."""
+    from longrm_jax.evaluation.metrics import BEST_OF_N, PAIRWISE
+    from longrm_jax.evaluation.samples import EvalSample
+
+    answers = list(answers)
+    if not all(isinstance(a, str) for a in answers):
+        raise TypeError("answers must be strings")
+    if kind not in JUDGE_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(JUDGE_KINDS)}, got {kind!r}")
+    if kind == "pair" and len(answers) != 2:
+        raise ValueError(f"a pairwise judgement needs 2 answers, got {len(answers)}")
+    pair = kind == "pair" or (kind == "auto" and len(answers) == 2)
+    return EvalSample(id=index, task="api", tasktype=PAIRWISE if pair else BEST_OF_N,
+                      subtype=str(len(answers)), length="", answers=answers, shown_order=list(range(len(answers))),
+                      file="<api>", row=index + 1, prompt_template=_messages(prompt), index=index)
+
+
+def _mesh(mesh):
+    """A Mesh as given, or one built from axis sizes (``evaluate --mesh``'s dict)."""
+    if mesh is None or not isinstance(mesh, Mapping):
+        return mesh
+    from longrm_jax.evaluation.runner import build_mesh
+
+    return build_mesh(dict(mesh))
+
+
+def _config(path, *, is_disrm: bool, dtype, mesh, chat_template, max_length, batch_size):
+    """The evaluator's settings for ``path`` (dtype None: evaluate's ``--dtype auto``) and the loaded model."""
+    import os
+
+    from longrm_jax.evaluation.runner import EvalConfig, load_model, resolve_dtype
+
+    path = os.fspath(path)
+    mesh_obj = _mesh(mesh)
+    dtype = "auto" if dtype is None else dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    cfg = EvalConfig(model_path=path, data_path="", is_disrm=is_disrm, dtype=dtype,
+                     max_length=max_length, batch_size=batch_size, chat_template=chat_template, progress=False)
+    if not os.path.isdir(path):
+        from longrm_jax.evaluation.encoding import ModelDirError
+
+        raise ModelDirError(f"{path}: model directory not found")
+    _check_head(path, is_disrm)
+    cfg.dtype = resolve_dtype(cfg)
+    return cfg, mesh_obj, load_model(cfg, mesh_obj)
+
+
+def _check_head(path: str, is_disrm: bool) -> None:
+    """Refuse a head that cannot do the job (a causal LM has no trained score head; a classifier cannot write
+    a judgement), naming the class that can."""
+    from longrm_jax.evaluation.encoding import ModelDirError
+    from longrm_jax.hf.load import read_hf_config
+
+    architectures = read_hf_config(path).get("architectures") or []
+    classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
+    causal = any(a.endswith("ForCausalLM") for a in architectures)
+    if is_disrm and causal and not classifier:
+        raise ModelDirError(f"{path}: a causal LM ({', '.join(architectures)}) has no trained score head to score "
+                            "with; load it with longrm_jax.Judge (a generative judge)")
+    if not is_disrm and classifier and not causal:
+        raise ModelDirError(f"{path}: a sequence classifier ({', '.join(architectures)}) cannot write judgements; "
+                            "load it with longrm_jax.RewardModel (or python -m longrm_jax.score)")
+
+
+@dataclasses.dataclass
+class Comparison:
+    """``compare``'s result: ``probability`` = P(a preferred over b) = sigmoid(score_a - score_b) (the
+    Bradley-Terry model a DisRM is trained on). Floats for one pair, arrays for a batch."""
+
+    probability: float | np.ndarray
+    score_a: float | np.ndarray
+    score_b: float | np.ndarray
+
+
+class RewardModel:
+    """A discriminative reward model (a ``...ForSequenceClassification`` checkpoint): one score per
+    (prompt, response), exactly ``evaluate --is-disrm``'s."""
+
+    def __init__(self, model, tokenizer, cfg, mesh=None):
+        self.model, self.tokenizer, self.cfg, self.mesh = model, tokenizer, cfg, mesh
+
+    @classmethod
+    def from_pretrained(cls, path, *, dtype: str | None = None, mesh=None, chat_template: str | None = None,
+                        max_length: int | None = UPSTREAM_MAX_LENGTH, batch_size: int = 4) -> RewardModel:
+        """Load a local HF directory (weights + tokenizer). ``dtype``: None scores in the checkpoint's stored
+        dtype (evaluate's ``--dtype auto``); ``max_length``: middle truncation as evaluate's ``--max-length``
+        (None: none); ``batch_size``: rows per model call."""
+        from longrm_jax.evaluation.encoding import load_chat_tokenizers
+
+        cfg, mesh_obj, model = _config(path, is_disrm=True, dtype=dtype, mesh=mesh, chat_template=chat_template,
+                                       max_length=max_length, batch_size=batch_size)
+        disrm_tokenizer, _ = load_chat_tokenizers(cfg.model_path, chat_template)
+        return cls(model, disrm_tokenizer, cfg, mesh_obj)
+
+    def _scores(self, prompts: Sequence[Prompt], responses: Sequence[str], progress: bool) -> np.ndarray:
+        from longrm_jax.evaluation.encoding import disrm_sequences_batch
+        from longrm_jax.evaluation.scoring import DisRMScorer
+
+        samples = [_sample(p, [r], i) for i, (p, r) in enumerate(zip(prompts, responses))]
+        sequences = [ids for pairs in disrm_sequences_batch(samples, self.tokenizer, self.cfg.max_length)
+                     for ids, _ in pairs]
+        if not sequences:
+            return np.zeros(0, np.float32)
+        pad_id = self.model.config.pad_token_id
+        scorer = DisRMScorer(self.model, self.tokenizer.pad_id if pad_id is None else pad_id,
+                             batch_size=self.cfg.batch_size, max_batch_tokens=self.cfg.max_batch_tokens, mesh=self.mesh)
+        return scorer.score(sequences, progress=progress)
+
+    def score(self, prompt: Prompt | Sequence[Prompt], response: str | Sequence[str], *,
+              progress: bool = False) -> float | np.ndarray:
+        """The reward of ``response`` to ``prompt`` (a float). Batched: a list of responses to one prompt
+        (best-of-N), or lists of prompts and responses of one length, give a float32 array."""
+        if isinstance(response, str):
+            if not _is_one_prompt(prompt):
+                raise TypeError("one response takes one prompt (a string or a list of chat messages)")
+            return float(self._scores([prompt], [response], progress)[0])
+        responses = list(response)
+        prompts = [prompt] * len(responses) if _is_one_prompt(prompt) else list(prompt)
+        if len(prompts) != len(responses):
+            raise ValueError(f"{len(prompts)} prompts for {len(responses)} responses: give one prompt, or one each")
+        return self._scores(prompts, responses, progress)
+
+    def compare(self, prompt: Prompt | Sequence[Prompt], a: str | Sequence[str], b: str | Sequence[str], *,
+                progress: bool = False) -> Comparison:
+        """P(``a`` preferred over ``b``) = sigmoid(r_a - r_b), with both rewards; lists of a and b (one prompt
+        or one prompt each) give arrays."""
+        if isinstance(a, str) != isinstance(b, str):
+            raise TypeError("a and b must both be strings or both be lists")
+        if isinstance(a, str):
+            score_a, score_b = self.score(prompt, [a, b], progress=progress)
+            return Comparison(float(_sigmoid(score_a - score_b)), float(score_a), float(score_b))
+        a, b = list(a), list(b)
+        if len(a) != len(b):
+            raise ValueError(f"{len(a)} answers a for {len(b)} answers b")
+        prompts = [prompt] * len(a) if _is_one_prompt(prompt) else list(prompt)
+        scores = self.score(prompts + prompts, a + b, progress=progress)
+        score_a, score_b = scores[: len(a)], scores[len(a):]
+        return Comparison(_sigmoid(score_a.astype(np.float64) - score_b), score_a, score_b)
+
+
+def _sigmoid(x):
+    """Logistic function without overflow for large |x|."""
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(x, dtype=np.float64)))
+
+
+@dataclasses.dataclass
+class Judgement:
+    """What a generative judge said about answers shown in the given order (A, B, C, ...).
+
+    ``verdict``: as ``predictions.jsonl`` writes it, the letters best first (``"A>B"`` for a pairwise
+    ``[[A]]``, ``"B>C>A"`` for a ranking), None when the text holds no parsable verdict (``parsed`` False; the
+    evaluator scores it wrong). ``ranking``: answer indices best first ([] without a verdict); ``best`` its first.
+    ``letter_logprobs``: per answer, the log-probability of its letter at the verdict token (the evaluator's
+    AUC score; all zeros when unavailable)."""
+
+    verdict: str | None
+    ranking: list[int]
+    best: int | None
+    text: str
+    parsed: bool
+    letter_logprobs: list[float]
+    generated_tokens: int
+    stopped: bool  # ended by a stop token (False: hit max_new_tokens)
+    truncated: bool  # the prompt was cut in the middle (max_length)
+
+
+class Judge:
+    """A generative reward model (a causal LM trained to judge): the evaluator's judge prompt, greedy decoding
+    and verdict parser."""
+
+    def __init__(self, model, tokenizer, cfg, mesh=None):
+        self.model, self.tokenizer, self.cfg, self.mesh = model, tokenizer, cfg, mesh
+
+    @classmethod
+    def from_pretrained(cls, path, *, dtype: str | None = None, mesh=None, chat_template: str | None = None,
+                        max_length: int | None = UPSTREAM_MAX_LENGTH, batch_size: int | None = None) -> Judge:
+        """Load a local HF directory (weights + tokenizer). ``dtype``: None generates in bfloat16 (evaluate's
+        ``--dtype auto`` for a judge); ``batch_size``: decoding slots (None: from the device's memory)."""
+        from longrm_jax.evaluation.encoding import load_chat_tokenizers
+
+        cfg, mesh_obj, model = _config(path, is_disrm=False, dtype=dtype, mesh=mesh, chat_template=chat_template,
+                                       max_length=max_length, batch_size=batch_size)
+        _, grm_tokenizer = load_chat_tokenizers(cfg.model_path, chat_template)
+        return cls(model, grm_tokenizer, cfg, mesh_obj)
+
+    def judge(self, context: str | None, question: str, answers: Sequence[str], *, max_new_tokens: int = 2048,
+              kind: str = "auto", progress: bool = False) -> Judgement:
+        """Judge ``answers`` (2: pairwise, ``[[A]]`` / ``[[B]]``; more: a ranking) to ``question`` about
+        ``context`` (a document; None or "" for none). The judge sees them as evaluate shows a Long-RewardBench
+        record whose prompt is ``context`` and ``question`` joined by a blank line. ``kind="rank"`` asks for a
+        ranking of two answers too (the prompt of Long-RewardBench's Best-of-N samples)."""
+        return self.judge_many([(context, question, answers)], max_new_tokens=max_new_tokens, kind=kind,
+                               progress=progress)[0]
+
+    def judge_many(self, examples: Sequence[tuple[str | None, str, Sequence[str]]], *, max_new_tokens: int = 2048,
+                   kind: str = "auto", progress: bool = False) -> list[Judgement]:
+        """:meth:`judge` of each (context, question, answers), decoded together (continuous batching)."""
+        prompts = [("\n\n".join(part for part in (context, question) if part), answers, kind)
+                   for context, question, answers in examples]
+        return self.judge_prompts(prompts, max_new_tokens=max_new_tokens, progress=progress)
+
+    def judge_prompts(self, examples: Sequence[tuple], *, max_new_tokens: int = 2048,
+                      progress: bool = False) -> list[Judgement]:
+        """Judgements of (prompt, answers) or (prompt, answers, kind) tuples, a prompt being a string or chat
+        messages (a Long-RewardBench ``prompt_template``: the judge sees their contents joined by blank lines),
+        ``kind`` as in :meth:`judge`."""
+        from longrm_jax.evaluation.encoding import grm_prompt_ids, verdict_letter_token_ids
+        from longrm_jax.evaluation.grm_generation import make_generator
+
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        samples = [_sample(*example[:2], i, *example[2:]) for i, example in enumerate(examples)]
+        for sample in samples:
+            if len(sample.answers) < 2:
+                raise ValueError(f"a judgement needs at least 2 answers, got {len(sample.answers)}")
+        if not samples:
+            return []
+        encoded = [grm_prompt_ids(s, self.tokenizer, s.shown_order, self.cfg.max_length) for s in samples]
+        letters = verdict_letter_token_ids(self.tokenizer, max(len(s.answers) for s in samples))
+        cfg = dataclasses.replace(self.cfg, max_new_tokens=int(max_new_tokens))
+        generator = make_generator(cfg, self.model, self.tokenizer, self.mesh, letters)
+        generations = generator.generate([ids for ids, _ in encoded], progress=progress, desc="judging")
+        return [self._judgement(s, g, ids, cut) for s, g, (ids, cut) in zip(samples, generations, encoded)]
+
+    def _judgement(self, sample, generation, ids, truncated: bool) -> Judgement:
+        from longrm_jax.evaluation.encoding import verdict_letter_token_ids
+        from longrm_jax.evaluation.judging import grm_prediction
+        from longrm_jax.evaluation.metrics import preferred_answer_order
+
+        letters = verdict_letter_token_ids(self.tokenizer, len(sample.answers))
+        record = grm_prediction(sample, [sample.shown_order], [generation], self.tokenizer.hf, letters, [len(ids)],
+                                [truncated])
+        ranking = list(preferred_answer_order(sample.shown_order, record["predicted_ranks"]) or [])
+        return Judgement(verdict=record["verdict"], ranking=ranking, best=ranking[0] if ranking else None,
+                         text=record["output"], parsed=record["verdict"] is not None,
+                         letter_logprobs=list(record["answer_scores"]), generated_tokens=record["generated_tokens"],
+                         stopped=record["stopped"], truncated=record["truncated"])

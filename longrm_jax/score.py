@@ -1,0 +1,208 @@
+"""Score (prompt, response) rows with a discriminative reward model: ``python -m longrm_jax.score``.
+
+JSON lines in, JSON lines out, for best-of-N and rejection sampling. Each input line is
+``{"prompt": ..., "response": "..."}`` or ``{"prompt": ..., "responses": ["...", ...]}`` (a prompt being a string
+or a list of chat messages); each output line is the input object with ``"score"`` (resp. ``"scores"``, one per
+response, in order) added. The scores are those of :class:`longrm_jax.api.RewardModel` and so of
+``python -m longrm_jax.evaluate --is-disrm``. Every line is checked before the model loads; a bad one stops the
+run with one line naming the file, the line and the field (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+
+from longrm_jax.cli_support import InputError, add_debug_flag
+from longrm_jax.data.records import DataError
+from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m longrm_jax.score",
+        description="Score responses with a discriminative reward model (a ...ForSequenceClassification checkpoint "
+                    "directory with its tokenizer). Input: JSON lines {\"prompt\": str or chat messages, "
+                    "\"response\": str} or {..., \"responses\": [str, ...]}. Output: the same objects with "
+                    "\"score\" / \"scores\" added, the numbers evaluate --is-disrm computes for the same text.",
+        epilog="example: python -m longrm_jax.score --model-path runs/tiny_disrm_hf --input candidates.jsonl "
+               "--output scored.jsonl")
+    parser.add_argument("--model-path", required=True, help="local Hugging Face reward model directory")
+    parser.add_argument("--input", required=True, metavar="FILE", help="JSON lines to score (- for stdin)")
+    parser.add_argument("--output", default="-", metavar="FILE",
+                        help="where the scored lines go (default: stdout); written aside and renamed when done")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32", "float16"),
+                        help="compute dtype (auto, the default: the checkpoint's stored dtype, as evaluate)")
+    parser.add_argument("--batch-size", type=int, default=4, help="rows per model call (default: %(default)s)")
+    parser.add_argument("--chunk", type=int, default=256, metavar="N",
+                        help="responses tokenized and scored per chunk before their lines are written "
+                             "(default: %(default)s)")
+    parser.add_argument("--max-length", type=int, default=UPSTREAM_MAX_LENGTH,
+                        help="middle truncation at this many tokens, as evaluate (default: %(default)s)")
+    parser.add_argument("--no-truncate", action="store_true", help="score every sequence whole")
+    parser.add_argument("--chat-template", default=None, metavar="FILE",
+                        help="Jinja chat template file used instead of the tokenizer's")
+    parser.add_argument("--mesh", default=None, help="device mesh, e.g. fsdp=2 or data=2,seq=2 (default: one device)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (it shows only on a terminal anyway)")
+    add_debug_flag(parser)
+    return parser
+
+
+def _check_prompt(value, where, path) -> None:
+    if isinstance(value, str):
+        return
+    if isinstance(value, list) and value and all(isinstance(m, dict) and isinstance(m.get("content"), str)
+                                                 and isinstance(m.get("role"), str) for m in value):
+        return
+    raise DataError(path, where, "prompt", "must be a string or a non-empty list of chat messages "
+                                           "({\"role\": ..., \"content\": ...})")
+
+
+def check_row(row, path: str, line: int) -> int:
+    """The number of responses of one input object; DataError naming the line and field when it is malformed."""
+    where = f"line {line}"
+    if not isinstance(row, dict):
+        raise DataError(path, where, None, f"expected a JSON object, got {type(row).__name__}")
+    if "prompt" not in row:
+        raise DataError(path, where, "prompt", "missing field")
+    _check_prompt(row["prompt"], where, path)
+    if ("response" in row) == ("responses" in row):
+        raise DataError(path, where, "response", "give exactly one of 'response' (a string) and 'responses' "
+                                                 "(a list of strings)")
+    if "response" in row:
+        if not isinstance(row["response"], str):
+            raise DataError(path, where, "response", f"must be a string, got {type(row['response']).__name__}")
+        return 1
+    responses = row["responses"]
+    if not isinstance(responses, list) or not responses:
+        raise DataError(path, where, "responses", "must be a non-empty list of strings")
+    for i, item in enumerate(responses):
+        if not isinstance(item, str):
+            raise DataError(path, where, f"responses[{i}]", f"must be a string, got {type(item).__name__}")
+    return len(responses)
+
+
+def read_rows(lines: Sequence[str], path: str) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of every non-blank line, each checked (:func:`check_row`)."""
+    for number, text in enumerate(lines, 1):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise DataError(path, f"line {number}", None, f"not valid JSON ({error.msg} at column {error.colno})") \
+                from None
+        check_row(row, path, number)
+        yield number, row
+
+
+def _read_lines(path: str) -> list[str]:
+    if path == "-":
+        return sys.stdin.read().splitlines()
+    if not os.path.isfile(path):
+        raise InputError(f"--input {path}: no such file")
+    with open(path, encoding="utf-8") as handle:
+        return handle.read().splitlines()
+
+
+def _check_args(args) -> None:
+    for flag, value, least in (("--batch-size", args.batch_size, 1), ("--chunk", args.chunk, 1),
+                               ("--max-length", args.max_length, 16)):
+        if value < least:
+            raise InputError(f"{flag} must be >= {least}, got {value}")
+    if not os.path.isdir(args.model_path):
+        raise InputError(f"--model-path {args.model_path}: not a directory (a local Hugging Face reward model "
+                         "directory is needed)")
+    if args.chat_template is not None and not os.path.isfile(args.chat_template):
+        raise InputError(f"--chat-template {args.chat_template}: no such file")
+    if args.output != "-" and args.input != "-" and os.path.abspath(args.output) == os.path.abspath(args.input):
+        raise InputError(f"--output {args.output} is the input file; name another")
+
+
+def _chunks(rows: list[tuple[int, dict]], size: int) -> Iterator[list[dict]]:
+    """Consecutive rows holding about ``size`` responses each (a row is never split)."""
+    chunk, count = [], 0
+    for _, row in rows:
+        chunk.append(row)
+        count += 1 if "response" in row else len(row["responses"])
+        if count >= size:
+            yield chunk
+            chunk, count = [], 0
+    if chunk:
+        yield chunk
+
+
+def score_rows(model, rows: list[tuple[int, dict]], out, *, chunk: int, progress: bool) -> int:
+    """Score ``rows`` chunk by chunk with ``model`` (a RewardModel), writing each scored line to ``out``."""
+    from tqdm.auto import tqdm
+
+    total = sum(1 if "response" in row else len(row["responses"]) for _, row in rows)
+    with tqdm(total=total, unit="response", desc="scoring", disable=not progress) as bar:
+        for part in _chunks(rows, chunk):
+            prompts, responses = [], []
+            for row in part:
+                answers = [row["response"]] if "response" in row else row["responses"]
+                prompts += [row["prompt"]] * len(answers)
+                responses += answers
+            scores = [float(s) for s in model.score(prompts, responses)]
+            for row in part:
+                if "response" in row:
+                    row["score"] = scores.pop(0)
+                else:
+                    row["scores"] = [scores.pop(0) for _ in row["responses"]]
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            bar.update(len(responses))
+    return total
+
+
+def _score(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(argv)
+    from longrm_jax.cli_support import configure_logging, silence_absl_warnings
+    from longrm_jax.evaluate import parse_mesh
+
+    configure_logging()
+    silence_absl_warnings()
+    _check_args(args)
+    try:
+        mesh = parse_mesh(args.mesh)
+    except argparse.ArgumentTypeError as error:
+        raise InputError(str(error)) from None
+    source = "<stdin>" if args.input == "-" else args.input
+    rows = list(read_rows(_read_lines(args.input), source))  # every line checked before the model loads
+    if not rows:
+        raise InputError(f"--input {source}: no lines to score")
+    from longrm_jax.api import RewardModel
+
+    model = RewardModel.from_pretrained(args.model_path, dtype=None if args.dtype == "auto" else args.dtype,
+                                        mesh=mesh, chat_template=args.chat_template, batch_size=args.batch_size,
+                                        max_length=None if args.no_truncate else args.max_length)
+    progress = not args.no_progress and sys.stderr.isatty()
+    if args.output == "-":
+        total = score_rows(model, rows, sys.stdout, chunk=args.chunk, progress=progress)
+        sys.stdout.flush()
+    else:
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        try:
+            with open(args.output + ".tmp", "w", encoding="utf-8") as out:
+                total = score_rows(model, rows, out, chunk=args.chunk, progress=progress)
+            os.replace(args.output + ".tmp", args.output)
+        finally:
+            if os.path.exists(args.output + ".tmp"):
+                os.remove(args.output + ".tmp")
+    print(f"scored {total} responses of {len(rows)} lines" +
+          ("" if args.output == "-" else f" into {args.output}"), file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from longrm_jax.cli_support import run_cli
+
+    return run_cli(_score, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
