@@ -11,7 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from longrm_jax.cli_support import InputError, add_debug_flag
+from longrm_jax.cli_support import ExitStatus, InputError, add_debug_flag
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
 from longrm_jax.evaluation.samples import DEFAULT_SEED
 from longrm_jax.xla_flags import GPU_DECODE_XLA_FLAGS, add_gpu_xla_flags
@@ -349,11 +349,11 @@ def _evaluate(argv: Sequence[str]) -> int:
         if args.debug:
             raise
         print(f"error: {error}", file=sys.stderr)
-        return 2
+        return ExitStatus.INPUT_REFUSED
     except KeyboardInterrupt:
         print(f"interrupted: the predictions made so far are in {cfg.resolved_save_path()}; the same command with "
               "--resume continues from them", file=sys.stderr)
-        return 130
+        return ExitStatus.INTERRUPTED
     print(format_summary(summary))  # the runner has logged a warning above UNPARSABLE_WARN_SHARE
     for line in (truncation_line(summary, cfg.max_length), slow_paths.summary_line()):
         if line:
@@ -449,8 +449,8 @@ def _compile_only(args: argparse.Namespace) -> int:
         print(f"error: {topology.label}: {r.name} does not fit: predicted {r.peak / GiB:.2f} GiB per chip, budget "
               f"{budget / GiB:.1f} GiB; reduce it with --compile-length / --batch-size, a mesh over "
               "more chips (--mesh fsdp=N,seq=M) or a larger topology", file=sys.stderr)
-        return 4
-    return 0
+        return ExitStatus.DOES_NOT_FIT
+    return ExitStatus.OK
 
 
 def format_summary(summary: dict) -> str:

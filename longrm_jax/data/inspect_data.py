@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from longrm_jax.cli_support import ExitStatus
 from longrm_jax.data.packing import bucket_for, make_buckets, own_row_length, plan_rows
 from longrm_jax.data.readers import FORMATS, RecordSource
 from longrm_jax.data.records import BenchRecord, DataError, LongFormRecord
@@ -112,7 +113,7 @@ def _inspect(argv: Sequence[str]) -> int:
         if args.debug:
             raise
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return ExitStatus.INPUT_REFUSED
 
     sample_lengths = [len(s) for g in groups for s in g.samples]
     group_lengths = [g.num_tokens for g in groups]
@@ -132,7 +133,7 @@ def _inspect(argv: Sequence[str]) -> int:
                                   args.truncation, rules)
         except DataError as e:
             print(f"error: {e}", file=sys.stderr)
-            return 2
+            return ExitStatus.INPUT_REFUSED
         counts = rules.as_dict()
         print(f"\nrules at row length {capacity} (each sequence on its own, policy {args.truncation}): "
               f"{over} of {len(sample_lengths)} samples longer than the row")
@@ -156,7 +157,7 @@ def _inspect(argv: Sequence[str]) -> int:
             role = "sft" if len(g.samples) == 1 else ("chosen" if j == 0 else f"rejected {j}")
             print(f"\n--- {role}: {len(s)} tokens, {int(s.loss_mask.sum())} trained ---")
             print(tok.render_masked(s, max_chars=args.render_chars))
-    return 0
+    return ExitStatus.OK
 
 
 if __name__ == "__main__":
