@@ -44,10 +44,14 @@ def test_classifier_parity_and_round_trip(tmp_path):
                      architecture="Qwen2ForSequenceClassification")
 
 
-def test_sliding_window_layers(tmp_path):
-    """use_sliding_window: the layers from max_window_layers on see the 8 latest keys (40 tokens here)."""
+@pytest.mark.parametrize("family", ["Qwen2", "Qwen3"])
+def test_sliding_window_layers(tmp_path, family):
+    """use_sliding_window: the layers from max_window_layers on see the 8 latest keys (40 tokens here); Qwen3's
+    config has the same keys and meaning."""
     config = qwen2_config(2, use_sliding_window=True, sliding_window=8, max_window_layers=1)
-    ref = make_model("Qwen2ForCausalLM", config, tmp_path / "src")
+    if family == "Qwen3":
+        config = transformers.Qwen3Config(**{**config.to_dict(), "head_dim": 16})
+    ref = make_model(f"{family}ForCausalLM", config, tmp_path / "src")
     model = load_pretrained(tmp_path / "src")
     assert model.config.local_layers == (False, True) and model.config.sliding_window == 8
     check_causal_lm(model, ref, VOCAB, width=40)
