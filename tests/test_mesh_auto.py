@@ -40,6 +40,7 @@ def test_candidates_order_and_what_the_rows_allow():
     one_row = {c.kind: c.refused for c in candidates(8, 2, 4096, t)}
     assert "row per device" in one_row["data"] and "row per device" in one_row["fsdp"] and not one_row["seq"]
     assert "multiple of 2 x 8" in {c.kind: c.refused for c in candidates(8, 16, 100, t)}["seq"]
+    assert "bucket_multiple 24 is not" in {c.kind: c.refused for c in candidates(8, 16, 4096, t, 24)}["seq"]
     only = candidates(1, 1, 7, t)
     assert len(only) == 1 and only[0].sizes == {"data": 1, "fsdp": 1, "seq": 1, "tensor": 1}
     assert table(candidates(8, 16, 4096, t), 8)[0] == "mesh auto over 8 device(s): no candidate fits"

@@ -80,9 +80,11 @@ class Candidate:
         return f"{self.kind}={self.sizes[self.kind]}{zero}"
 
 
-def candidates(n: int, batch_rows: int, seq_len: int, traffic: StepTraffic) -> list[Candidate]:
+def candidates(n: int, batch_rows: int, seq_len: int, traffic: StepTraffic,
+               bucket_multiple: int | None = None) -> list[Candidate]:
     """The candidates over ``n`` devices, fewest bytes first (ties: the order of ``KINDS``), those the rows
-    cannot take already refused. One device: the one mesh, nothing to choose."""
+    cannot take already refused; ``bucket_multiple``: what shorter buckets' lengths are multiples of (data with
+    several buckets), which the ring needs to divide too. One device: the one mesh, nothing to choose."""
     if n == 1:
         return [Candidate("fsdp", {"data": 1, "fsdp": 1, "seq": 1, "tensor": 1}, ["fsdp"], None, 0,
                           notes=["one device: nothing to choose"])]
@@ -95,6 +97,8 @@ def candidates(n: int, batch_rows: int, seq_len: int, traffic: StepTraffic) -> l
             cand.refused = f"data.batch_rows {batch_rows} does not split into a row per device over {n}"
         elif kind == "seq" and seq_len % (2 * n):
             cand.refused = f"data.seq_len {seq_len} is not a multiple of 2 x {n} (zigzag ring halves)"
+        elif kind == "seq" and bucket_multiple and bucket_multiple % (2 * n):
+            cand.refused = f"data.bucket_multiple {bucket_multiple} is not a multiple of 2 x {n} (zigzag ring halves)"
         out.append(cand)
     return sorted(out, key=lambda c: (c.bytes_per_step, KINDS.index(c.kind)))
 

@@ -74,8 +74,9 @@ def plan_auto_mesh(cfg: TrainConfig, mcfg, tx, schedule, spec, devices, key, *,
                    device_bytes: int | None = None) -> AutoMesh:
     """Choose the mesh for ``cfg`` (``mesh.auto``) over ``devices``: the candidate moving the fewest bytes per
     step whose memory plan fits. Raises ``MemoryPlanError`` with the table when none does."""
-    cands = mesh_choice.candidates(len(devices), cfg.data.batch_rows, cfg.data.seq_len,
-                                   step_traffic(cfg, mcfg, tx, key))
+    d = cfg.data
+    cands = mesh_choice.candidates(len(devices), d.batch_rows, d.seq_len, step_traffic(cfg, mcfg, tx, key),
+                                   d.bucket_multiple if d.num_buckets > 1 else None)
     last = None
     for cand in cands:
         if cand.refused:
