@@ -455,10 +455,11 @@ def _compile_only(args: argparse.Namespace) -> int:
 
 def format_summary(summary: dict) -> str:
     """The console table: results rows (a group without samples prints empty), AUC and, for a generative
-    judge, how many judgements held no parsable verdict."""
+    judge, how many judgements held no parsable verdict. A headline figure's label is its results.json key
+    (``both_orders_accuracy``, ``both_orders_agreement``, ``unparsable_verdicts``; the rows as in ``results``)."""
     agreement = summary.get("both_orders") or {}
-    labels = list(summary["results"]) + ["AUC", "unparsable verdicts", "Long-form protocol", "needle heatmap"]
-    labels += ["both-orders agreement", "both-orders accuracy"] if agreement.get("samples") else []
+    labels = list(summary["results"]) + ["AUC", "unparsable_verdicts", "Long-form protocol", "needle heatmap"]
+    labels += ["both_orders_agreement", "both_orders_accuracy"] if agreement.get("samples") else []
     width = max(len(label) for label in labels)
     lines = [f"{label:<{width}}  {'' if value is None else f'{value:.5f}'}".rstrip()
              for label, value in summary["results"].items()]
@@ -466,9 +467,9 @@ def format_summary(summary: dict) -> str:
         lines.append(f"{'AUC':<{width}}  {summary['auc'].get('overall')}")
     if agreement.get("samples"):
         # AVG. above is the seeded order's (upstream's figure); this one averages each sample over its orders
-        lines.append(f"{'both-orders accuracy':<{width}}  {agreement['mean_accuracy_all_orders']:.5f} (each "
+        lines.append(f"{'both_orders_accuracy':<{width}}  {agreement['mean_accuracy_all_orders']:.5f} (each "
                      f"sample's mean over its orders; AVG. is the seeded order's {agreement['accuracy_default_order']:.5f})")
-        lines.append(f"{'both-orders agreement':<{width}}  {agreement['agreement']:.5f} of {agreement['samples']} "
+        lines.append(f"{'both_orders_agreement':<{width}}  {agreement['agreement']:.5f} of {agreement['samples']} "
                      f"samples (same best answer: {agreement['top1_agreement']:.5f})")
     if summary.get("long_form_protocol"):
         lines.append(f"{'Long-form protocol':<{width}}  {summary['long_form_protocol']}")
@@ -476,7 +477,7 @@ def format_summary(summary: dict) -> str:
         lines.append(f"{'needle heatmap':<{width}}  {summary['needle_heatmap_note']}")
     verdicts = summary.get("unparsable_verdicts")
     if verdicts:
-        lines.append(f"{'unparsable verdicts':<{width}}  {verdicts['unparsable']} of {verdicts['judgements']} "
+        lines.append(f"{'unparsable_verdicts':<{width}}  {verdicts['unparsable']} of {verdicts['judgements']} "
                      f"({100 * verdicts['share']:.1f}%)")
     return "\n".join(lines)
 

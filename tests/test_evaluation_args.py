@@ -108,7 +108,11 @@ def test_console_shows_truncation_agreement_and_dtype(disrm_dir, bench_dir, tmp_
     assert ("truncated: 3 of 3 samples longer than --max-length 16 were judged on their first and last tokens only "
             "(Code 3 of 3); --no-truncate or a larger --max-length judges them whole") in out
     agreement = results["both_orders"]
-    line = [row for row in out if row.startswith("both-orders agreement")]
-    assert line and line[0].split()[2:5] == [f"{agreement['agreement']:.5f}", "of", "3"], out
-    accuracy = [row for row in out if row.startswith("both-orders accuracy")]  # the README's headline figure
-    assert accuracy and accuracy[0].split()[2] == f"{agreement['mean_accuracy_all_orders']:.5f}", out
+    # The headline figures (issue 42 item 7): the console's label is the results.json key, same value
+    line = [row for row in out if row.startswith("both_orders_agreement ")]
+    assert line and line[0].split()[1:4] == [f"{results['both_orders_agreement']:.5f}", "of", "3"], out
+    assert results["both_orders_agreement"] == agreement["agreement"]  # the older key kept
+    accuracy = [row for row in out if row.startswith("both_orders_accuracy ")]  # the README's headline figure
+    assert accuracy and accuracy[0].split()[1] == f"{results['both_orders_accuracy']:.5f}", out
+    assert results["both_orders_accuracy"] == agreement["mean_accuracy_all_orders"]
+    assert results["accuracy_by_length_both_orders"]["All"] and "accuracy_by_length" in results

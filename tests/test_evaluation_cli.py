@@ -139,7 +139,7 @@ def test_grm_without_verdicts_is_reported_loudly(tmp_path, bench_dir, capsys, ca
     rows, results, predictions = _read_outputs(save)
     assert all(p["verdict"] is None for p in predictions)
     assert results["unparsable_verdicts"] == {"unparsable": 4, "judgements": 4, "share": 1.0}
-    assert "unparsable verdicts  4 of 4 (100.0%)" in captured.out.splitlines()
+    assert "unparsable_verdicts  4 of 4 (100.0%)" in captured.out.splitlines()  # the results.json key
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any(w.startswith("4 of 4 judgements (100.0%) held no parsable verdict") for w in warnings), warnings
     # Groups without samples (only Code's pairwise rows exist here) print empty, never 0.00000.

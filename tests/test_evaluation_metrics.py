@@ -1,6 +1,7 @@
 """results.csv aggregation on hand-built predictions, AUC against scikit-learn, agreement, plots."""
 
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -184,6 +185,9 @@ def test_position_intervals_equal_count():
 
 
 def test_results_csv_bytes_equal_pandas(tmp_path):
+    """results.csv keeps pandas' index column because upstream's has it: LCM-Lab/Long-RM
+    evaluate/evaluating/longreward_bench/evaluator.py save_csv calls DataFrame.to_csv(path), index=True by default
+    (docs/upstream.md; issue 42 item 7 asked for none unless upstream's format has one)."""
     import pandas as pd  # installed with datasets
     rows = metrics.results_rows(HAND_BUILT)
     metrics.write_results_csv(rows, tmp_path / "ours.csv")
@@ -203,3 +207,60 @@ def test_verdict_report_counts_every_judged_order():
     grm = [dict(verdict=None), dict(verdict="A>B", orders=[dict(verdict="A>B"), dict(verdict=None)])]
     assert metrics.verdict_report(grm) == {"unparsable": 2, "judgements": 3, "share": 0.66667}
     assert metrics.verdict_report([dict(scores=[1.0, 0.0])]) is None  # DisRM: no verdicts
+
+
+def test_accuracy_by_length_over_both_orders():
+    """With --both-orders each sample counts with its mean over its orders (both_orders_accuracy's rule)."""
+    first = dict(_pred("LongQA", "PairWise", "same", "4k", 1.0), orders=[{"score": 1.0}, {"score": 0.0}])
+    second = dict(_pred("Code", "PairWise", "same", "4k", 1.0), orders=[{"score": 1.0}, {"score": 1.0}])
+    assert metrics.accuracy_by_length([first, second])["All"] == {"4k": 1.0}  # the seeded order
+    both = metrics.accuracy_by_length([first, second], both_orders=True)
+    assert both == {"LongQA": {"4k": 0.5}, "Code": {"4k": 1.0}, "All": {"4k": 0.75}}
+    assert metrics.agreement_report([dict(first, orders=[dict(o, shown_order=[0, 1], ranks=[0, 1])
+                                                         for o in first["orders"]]),
+                                     dict(second, orders=[dict(o, shown_order=[0, 1], ranks=[0, 1])
+                                                          for o in second["orders"]])])[
+        "mean_accuracy_all_orders"] == 0.75
+
+
+def test_overlapping_tasks_stay_visible():
+    """Every task at 1.0 (a good DisRM): each task line gets its own marker and a sideways offset, drawn above
+    "All", so none hides behind another (issue 42 item 7)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = {name: {"4k": 1.0, "8k": 1.0} for name in ("All", "Code", "LongQA", "Math")}
+    fig, ax = plt.subplots()
+    plots.draw_accuracy_by_length(ax, table)
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    tasks = [lines[name] for name in ("Code", "LongQA", "Math")]
+    starts = [float(line.get_xdata()[0]) for line in tasks]
+    assert len(set(starts)) == 3 and max(map(abs, starts)) <= plots.MAX_TASK_SPREAD / 2 + 1e-9
+    assert float(lines["All"].get_xdata()[0]) == 0.0
+    assert len({line.get_marker() for line in tasks}) == 3
+    assert min(line.get_zorder() for line in tasks) > lines["All"].get_zorder()
+    plt.close(fig)
+    assert plots.task_offset(0, 1) == 0.0 and plots.task_offset(0, 40) == -plots.MAX_TASK_SPREAD / 2
+
+
+def test_the_plot_shows_the_both_orders_figure(tmp_path, monkeypatch):
+    """write_outputs plots accuracy_by_length_both_orders when the samples were judged in both orders, and says
+    so on the axis; the seeded order's otherwise."""
+    from longrm_jax.evaluation import runner
+
+    drawn = []
+    monkeypatch.setattr(plots, "plot_accuracy_by_length", lambda table, path, **kw: drawn.append((table, kw)))
+    pred = dict(_pred("Code", "PairWise", "same", "4k", 1.0), shown_order=[0, 1], gold_ranks=[0, 1],
+                answer_scores=[1.0, 0.0], scores=[1.0, 0.0], truncated=False, benchmark="long-rewardbench", index=0, source=None)
+    pred["orders"] = [{"shown_order": [0, 1], "ranks": [0, 1], "score": 1.0},
+                      {"shown_order": [1, 0], "ranks": [0, 1], "score": 0.0}]
+    for predictions, figure, value in (([pred], "both_orders_accuracy", 0.5),
+                                       ([{k: v for k, v in pred.items() if k != "orders"}], "accuracy (seeded order)",
+                                        1.0)):
+        summary = runner.summarize(predictions, ["Code"])
+        runner.write_outputs(str(tmp_path), predictions, summary, {"model_path": "m"})
+        table, kw = drawn.pop()
+        assert kw["figure"] == figure and table["All"] == {"4k": value}
+    assert json.loads((tmp_path / "results.json").read_text())["both_orders_accuracy"] is None  # one order only

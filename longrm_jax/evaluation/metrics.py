@@ -251,10 +251,15 @@ def counts_by_length(predictions: Iterable[Mapping]) -> dict[str, dict[str, dict
     return table
 
 
-def accuracy_by_length(predictions: Iterable[Mapping]) -> dict[str, dict[str, float]]:
-    """Mean sample score per task and overall (key ``"All"``) per length bucket, both formats together."""
+def accuracy_by_length(predictions: Iterable[Mapping], both_orders: bool = False) -> dict[str, dict[str, float]]:
+    """Mean sample score per task and overall (key ``"All"``) per length bucket, both formats together.
+
+    ``both_orders``: each sample's score is its mean over the orders it was judged in (``orders``), the
+    figure the console and results.json call ``both_orders_accuracy``; otherwise the seeded order's."""
     table: dict[str, dict[str, list[float]]] = {}
     for pred in predictions:
+        orders = pred.get("orders") or []
+        value = _mean([o["score"] for o in orders]) if both_orders and orders else pred["score"]
         for key in (pred["task"], "All"):
-            table.setdefault(key, {}).setdefault(pred["length"], []).append(pred["score"])
+            table.setdefault(key, {}).setdefault(pred["length"], []).append(value)
     return {key: {b: _mean(v) for b, v in buckets.items()} for key, buckets in table.items()}

@@ -32,26 +32,46 @@ PAIRWISE_CHANCE = 0.5
 
 
 def plot_accuracy_by_length(table: Mapping[str, Mapping[str, float]], path, title: str = "",
-                            counts: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None) -> None:
+                            counts: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
+                            figure: str = "accuracy") -> None:
     """Line plot of accuracy per length bucket: one thin line per task, a thick black one for ``"All"``.
 
     ``table`` maps a task (or ``"All"``) to {length bucket: accuracy}, as from
     :func:`longrm_jax.evaluation.metrics.accuracy_by_length`; ``counts`` the same keys to {"n", "unparsable"}
     (:func:`~longrm_jax.evaluation.metrics.counts_by_length`), drawn as described in :func:`draw_accuracy_by_length`.
+    ``figure``: what the values are, the y axis label and the title (e.g. ``both_orders_accuracy``, the name the
+    console and results.json give it).
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     draw_accuracy_by_length(ax, table, counts)
-    ax.set_title(title or "Accuracy by context length")
+    ax.set_ylabel(figure)
+    ax.set_title(f"{title}: {figure} by context length" if title else f"{figure} by context length")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
+# Tasks get a marker each and a small sideways offset: lines on the same values (every task at 1.0, a common
+# sight for a good model) would otherwise hide each other and the "All" line.
+TASK_MARKERS = ("o", "^", "v", "D", "P", "X", "<", ">", "*", "h")
+MAX_TASK_SPREAD = 0.3  # of the distance between two buckets, over all the tasks' offsets
+
+
+def task_offset(index: int, count: int) -> float:
+    """Sideways offset (in bucket units) of task ``index`` of ``count``: centred on the bucket, at most
+    :data:`MAX_TASK_SPREAD` from the first task to the last."""
+    if count < 2:
+        return 0.0
+    step = min(0.06, MAX_TASK_SPREAD / (count - 1))
+    return (index - (count - 1) / 2) * step
+
+
 def draw_accuracy_by_length(ax, table: Mapping[str, Mapping[str, float]],
                             counts: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None) -> None:
-    """The accuracy-by-length lines on ``ax``, with what a reader needs to trust a point: the pairwise chance
-    line; the number of samples per bucket (under each tick) and per task (legend); and, where judgements held no
+    """The accuracy-by-length lines on ``ax``, with what a reader needs to trust a point: each task with its own
+    marker and a small sideways offset (:func:`task_offset`), drawn over ``All``; the pairwise chance line; the
+    number of samples per bucket (under each tick) and per task (legend); and, where judgements held no
     parsable verdict (they score 0), a red cross on the overall point with their count, so that a flat 0.0 made
     of unparsable outputs is not read as a measured accuracy."""
     counts = counts or {}
@@ -68,14 +88,9 @@ def draw_accuracy_by_length(ax, table: Mapping[str, Mapping[str, float]],
             return name
         return f"{name} (n={n}" + (f", {bad} unparsable" if bad else "") + ")"
 
-    for name, row in sorted(table.items()):
-        if name == "All":
-            continue
-        ys = [row.get(b, np.nan) for b in buckets]
-        ax.plot(x, ys, marker="o", linewidth=1.2, alpha=0.8, label=label(name))
-    if "All" in table:
+    if "All" in table:  # under the tasks, so that a task on the same value stays visible
         ys = [table["All"].get(b, np.nan) for b in buckets]
-        ax.plot(x, ys, marker="s", linewidth=2.8, color="black", label=label("All"))
+        ax.plot(x, ys, marker="s", linewidth=2.8, color="black", label=label("All"), zorder=2)
         flagged = [(i, y, cell("All", b)) for i, (b, y) in enumerate(zip(buckets, ys)) if cell("All", b)["unparsable"]]
         if flagged:
             ax.scatter([i for i, _, _ in flagged], [y for _, y, _ in flagged], marker="x", s=140, linewidths=2.5,
@@ -83,11 +98,16 @@ def draw_accuracy_by_length(ax, table: Mapping[str, Mapping[str, float]],
             for i, y, c in flagged:
                 ax.annotate(f"{c['unparsable']}/{c['n']} unparsable", (i, y), textcoords="offset points",
                             xytext=(0, 9), ha="center", fontsize=7, color="red")
+    tasks = sorted(name for name in table if name != "All")
+    for index, name in enumerate(tasks):
+        ys = [table[name].get(b, np.nan) for b in buckets]
+        ax.plot(x + task_offset(index, len(tasks)), ys, marker=TASK_MARKERS[index % len(TASK_MARKERS)],
+                linewidth=1.2, alpha=0.85, label=label(name), zorder=3)
     ax.axhline(PAIRWISE_CHANCE, linestyle="--", linewidth=1.0, color="grey", label="chance (pairwise)")
     ticks = [f"{b}\nn={cell('All', b)['n']}" if counts else str(b) for b in buckets]
     ax.set_xticks(x, ticks)
     ax.set_xlabel("context length bucket (n: samples)" if counts else "context length bucket")
-    ax.set_ylabel("accuracy")
+    ax.set_ylabel("accuracy")  # plot_accuracy_by_length names the figure
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2)

@@ -4,10 +4,12 @@ Outputs under ``save_path``:
 
 * ``results.csv``: upstream layout (``,Task,Value`` rows, see :func:`metrics.results_rows`); for Long-form
   RewardBench files, one row per subset and ``AVG.``.
-* ``results.json``: the same rows plus AUC (definition in :mod:`longrm_jax.evaluation.metrics`), both-orders
-  agreement, per-length accuracy, the long-form needle table and the run's settings.
+* ``results.json``: the same rows plus AUC (definition in :mod:`longrm_jax.evaluation.metrics`), the headline
+  ``both_orders_accuracy`` / ``both_orders_agreement`` (the console's names; ``both_orders`` holds the details),
+  per-length accuracy, the long-form needle table and the run's settings.
 * ``predictions.jsonl``: one line per sample (fields in :mod:`longrm_jax.evaluation.judging`).
-* ``accuracy_by_length.png``; ``needle_heatmap.png`` when long-form records carry needle positions.
+* ``accuracy_by_length.png`` (the both-orders figure with ``--both-orders``, else the seeded order's);
+  ``needle_heatmap.png`` when long-form records carry needle positions.
 * ``partial/{Task}.jsonl``: each task file's predictions as soon as it is done (``--resume`` reuses them);
   ``partial/{Task}.journal.jsonl`` while a GRM task file is under way: its finished samples
   (:mod:`longrm_jax.evaluation.grm_queue`; ``--resume`` reuses them too).
@@ -300,8 +302,13 @@ def summarize(predictions: list[dict], tasks: Sequence[str]) -> dict:
             summary["needle_heatmap_note"] = note
     summary["results"] = dict(rows)
     summary["results_rows"] = rows
-    summary["both_orders"] = metrics.agreement_report(predictions)
+    summary["both_orders"] = agreement = metrics.agreement_report(predictions)
+    # The headline figures under the names the console prints (both_orders.* keeps the older keys).
+    summary["both_orders_accuracy"] = agreement["mean_accuracy_all_orders"]
+    summary["both_orders_agreement"] = agreement["agreement"]
     summary["accuracy_by_length"] = metrics.accuracy_by_length(predictions)
+    if agreement["samples"]:  # what accuracy_by_length.png plots then
+        summary["accuracy_by_length_both_orders"] = metrics.accuracy_by_length(predictions, both_orders=True)
     summary["counts_by_length"] = metrics.counts_by_length(predictions)
     summary["num_samples"] = len(predictions)
     summary["num_truncated"] = int(sum(p.get("truncated", False) for p in predictions))
@@ -371,9 +378,12 @@ def write_outputs(save_path: str, predictions: list[dict], summary: dict, settin
         for record in predictions:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     metrics.write_results_csv(summary["results_rows"], os.path.join(save_path, "results.csv"))
-    plots.plot_accuracy_by_length(summary["accuracy_by_length"], os.path.join(save_path, "accuracy_by_length.png"),
+    both = summary.get("accuracy_by_length_both_orders")
+    plots.plot_accuracy_by_length(both or summary["accuracy_by_length"],
+                                  os.path.join(save_path, "accuracy_by_length.png"),
                                   title=os.path.basename(os.path.normpath(settings["model_path"])),
-                                  counts=summary["counts_by_length"])
+                                  counts=summary["counts_by_length"],
+                                  figure="both_orders_accuracy" if both else "accuracy (seeded order)")
     needles = [dict(p, length=p["length"]) for p in predictions if p.get("needle_position") is not None]
     if needles:
         summary["needle_heatmap"] = plots.plot_needle_heatmap(needles, os.path.join(save_path, "needle_heatmap.png"))
