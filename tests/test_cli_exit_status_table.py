@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from longrm_jax import evaluate, export, launch, train
+from longrm_jax import evaluate, export, launch, score, train
 from longrm_jax.data import inspect_data, synthetic
 
 CLIS = {"train": train.main, "evaluate": evaluate.main, "export": export.main, "synthetic": synthetic.main,
-        "inspect": inspect_data.main, "launch": launch.main}
+        "inspect": inspect_data.main, "launch": launch.main, "score": score.main}
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +92,13 @@ TABLE = [
     ("launch", ["-n", "0", "train"], 2, "--nproc"),
     ("launch", ["-n", "2", "evaluate"], 2, "evaluate"),
     ("launch", ["-n", "2"], 2, "command"),
+    ("score", ["--model-path", "FILES/missing", "--input", "FILES/rows.jsonl"], 2, "--model-path"),
+    ("score", ["--model-path", "FILES/empty", "--input", "FILES/missing.jsonl"], 2, "--input"),
+    ("score", ["--model-path", "FILES/empty", "--input", "FILES/rows.jsonl"], 2, "line 1, field 'response'"),
+    ("score", ["--model-path", "FILES/empty", "--input", "FILES/a_file"], 2, "line 1: not valid JSON"),
+    ("score", ["--model-path", "FILES/empty", "--input", "FILES/rows.jsonl", "--batch-size", "0"], 2,
+     "--batch-size"),
+    ("score", ["--model-path", "FILES/empty", "--input", "FILES/rows.jsonl", "--mesh", "rows=2"], 2, "--mesh"),
 ]
 
 
