@@ -166,6 +166,9 @@ def test_released_configs_read_as_transformers_reads_them(name):
         glob["rope_type"], glob["rope_theta"], glob.get("factor"))
     assert cfg.local_rope_theta == local["rope_theta"] == 10000 and cfg.eos_token_id == (1, 106)
     assert sum(cfg.local_layers) == cfg.num_layers - cfg.num_layers // 6  # five local layers per global one
+    if name == "4b":  # Gemma3ForConditionalGeneration's head never caps its logits (only Gemma3ForCausalLM's does)
+        capped = {**raw, "text_config": {**raw["text_config"], "final_logit_softcapping": 30.0}}
+        assert from_hf_config(capped).final_logit_softcapping is None
 
 
 def test_causal_checkpoint_as_score_head_and_other_prefix(tmp_path):

@@ -65,7 +65,9 @@ def gemma3_fields(hf: Mapping[str, Any]) -> tuple[dict, dict]:
     fields = dict(
         global_rope=global_rope, qk_norm=True, hidden_act=act, norm_unit_offset=True, sandwich_norms=True,
         embed_scale=True, query_pre_attn_scalar=float(text["query_pre_attn_scalar"]),
-        final_logit_softcapping=_optional_float(text.get("final_logit_softcapping")), layer_types=tuple(layer_types),
+        # Only Gemma3ForCausalLM caps its logits; the multimodal model's head does not, whatever text_config says.
+        final_logit_softcapping=None if "text_config" in hf else _optional_float(text.get("final_logit_softcapping")),
+        layer_types=tuple(layer_types),
         sliding_window=text.get("sliding_window"),
         local_rope_theta=float(local.get("rope_theta", text["rope_local_base_freq"])),
     )
