@@ -27,11 +27,11 @@ def lse_vjp_kernel(fwd, bwd):
         return {} if window is None else {"window": window}
 
     @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
-    def f(q, k, v, q_seg, kv_seg, causal, scale, window):
+    def f(q, k, v, q_seg, kv_seg, causal, scale, window=None):
         return fwd(q, k, v, q_segment_ids=q_seg, kv_segment_ids=_kv(q_seg, kv_seg), causal=causal, scale=scale,
                    **_window(window))
 
-    def f_fwd(q, k, v, q_seg, kv_seg, causal, scale, window):
+    def f_fwd(q, k, v, q_seg, kv_seg, causal, scale, window=None):
         q, k, v, q_seg, kv_seg = jax.tree.map(lambda p: p.value, (q, k, v, q_seg, kv_seg))
         out, lse = fwd(q, k, v, q_segment_ids=q_seg, kv_segment_ids=_kv(q_seg, kv_seg), causal=causal,
                        scale=scale, **_window(window))
