@@ -3,6 +3,7 @@ and moves least (data parallel with ZeRO-1, FSDP, the seq ring), and a run that 
 
 import json
 
+import jax
 import pytest
 
 from longrm_jax.parallel.mesh_choice import StepTraffic, bytes_moved, candidates, table
@@ -59,8 +60,6 @@ def test_mesh_auto_in_yaml_and_overrides(tmp_path):
 
 
 def _choose(overrides, tmp_path):
-    import jax
-
     from longrm_jax.training.compile_only import _model_config
     from longrm_jax.training.data_source import slots
     from longrm_jax.training.mesh_plan import plan_auto_mesh
@@ -75,6 +74,7 @@ def _choose(overrides, tmp_path):
                           spec, jax.devices(), jax.random.key(0), device_bytes=budget)
 
 
+@pytest.mark.slow  # compiles 8-device steps: ~10-15 s of CPU each
 def test_budget_that_forbids_replicated_weights_takes_fsdp(tmp_path):
     # 7 MiB of fp32 weights, 256 tokens per step: data parallel needs 18.3 MiB per device (replicated weights
     # beside gradients and its moment shards), fsdp 12.2 MiB (XLA:CPU gathers every layer's weights at once).
@@ -87,6 +87,7 @@ def test_budget_that_forbids_replicated_weights_takes_fsdp(tmp_path):
     assert "chose fsdp=8" in auto.lines()[0] and "not tried" in auto.lines()[-1]
 
 
+@pytest.mark.slow  # compiles 8-device steps: ~10-15 s of CPU each
 def test_one_long_row_takes_the_ring(tmp_path):
     auto = _choose(["data.seq_len=256", "data.batch_rows=1"], tmp_path)
     kinds = {c.kind: c for c in auto.candidates}
@@ -109,6 +110,7 @@ def test_nothing_fits_names_every_candidate(tmp_path, monkeypatch):
     assert sum("refused: before compiling" in line for line in lines) == 3
 
 
+@pytest.mark.slow  # compiles 8-device steps: ~10-15 s of CPU each
 def test_run_with_mesh_auto_trains_data_parallel_with_sharded_moments(tmp_path):
     cfg = load_config(None, TINY + [f"output_dir={tmp_path}", "data.seq_len=64", "data.batch_rows=8"])
     result = loop.run(cfg)
@@ -118,8 +120,8 @@ def test_run_with_mesh_auto_trains_data_parallel_with_sharded_moments(tmp_path):
     assert [c["kind"] for c in plan["mesh_auto"]["candidates"]] == ["data", "fsdp", "seq"]
     assert "chose data=8 (ZeRO-1)" in plan["mesh_auto"]["table"][0]
     state = result.state
-    mu = next(x for x in __import__("jax").tree.leaves(state.opt_state) if x.ndim == 2)
-    weight = next(x for x in __import__("jax").tree.leaves(state.params) if x.ndim == 2)
+    mu = next(x for x in jax.tree.leaves(state.opt_state) if x.ndim == 2)
+    weight = next(x for x in jax.tree.leaves(state.params) if x.ndim == 2)
     assert weight.sharding.is_fully_replicated and not mu.sharding.is_fully_replicated  # ZeRO-1
     saved = (tmp_path / "config.yaml").read_text()
     assert "auto: false" in saved and "data: 8" in saved and "optimizer_axes:\n  - data" in saved
