@@ -19,13 +19,13 @@ import heapq
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 
+from longrm_jax.cli_support import visible_gpu_ids
 from longrm_jax.evaluation.estimate import DEVICES, prefill_flops
 from longrm_jax.evaluation.samples import EvalSample
 from longrm_jax.evaluation.slot_plan import kv_bytes_per_column
@@ -54,20 +54,14 @@ class ReplicaFailed(RuntimeError):
 
 # ------------------------------------------------------------------------------------------------ devices
 def local_gpu_ids(environ=None) -> list[str]:
-    """The GPUs this process's JAX would use, found without starting a backend: CUDA_VISIBLE_DEVICES's entries
-    when set, else the host's /dev/nvidiaN nodes; none when JAX_PLATFORMS names no GPU platform."""
+    """The GPUs this process's JAX would use, found without starting a backend (cli_support.visible_gpu_ids:
+    CUDA_VISIBLE_DEVICES's entries when set, else the host's /dev/nvidiaN nodes); none when JAX_PLATFORMS
+    names no GPU platform, and CUDA's "-1" (no device) is none."""
     environ = os.environ if environ is None else environ
     platforms = environ.get("JAX_PLATFORMS", "").lower()
     if platforms and not any(name in platforms for name in ("cuda", "gpu")):
         return []
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return [v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1"]
-    try:
-        nodes = os.listdir("/dev")
-    except OSError:
-        return []
-    return sorted((m.group(1) for m in map(re.compile(r"nvidia(\d+)$").match, nodes) if m), key=int)
+    return [gpu for gpu in visible_gpu_ids(environ) if gpu != "-1"]
 
 
 def gpu_memory_bytes(gpu_id: str) -> int | None:
@@ -307,3 +301,31 @@ def merged_slow_paths(save_path: str, replicas: int) -> dict[str, int]:
         for key, n in taken.items():
             counts[key] = counts.get(key, 0) + n
     return counts
+
+
+def judge_on_replicas(cfg, samples: list[EvalSample], replica_argv: Callable[[str, str], list[str]]
+                      ) -> list[dict] | None:
+    """The predictions of ``samples`` judged by one process per device (:func:`plan_replicas` on ``cfg``, an
+    ``EvalConfig``), in ``samples``' order, with the replicas' merged timings added to ``cfg.timings``; None
+    when the plan is one program (the caller judges in this process)."""
+    from longrm_jax.hf.load import read_hf_config
+    from longrm_jax.models.config import from_hf_config
+    from longrm_jax.ops import slow_paths
+
+    config = from_hf_config(read_hf_config(cfg.model_path))
+    devices, reason = plan_replicas(str(cfg.replicas), cfg.mesh, config, cfg.dtype)
+    logger.info("replicas: %s", reason)
+    if not devices:
+        return None
+    costs = [sample_cost(s, config, is_disrm=cfg.is_disrm, both_orders=cfg.both_orders,
+                         max_new_tokens=cfg.max_new_tokens, share_prompt=cfg.share_prompt) for s in samples]
+    shares = [[samples[i] for i in share] for share in share_out(costs, len(devices))]
+    shares, devices = zip(*[(share, d) for share, d in zip(shares, devices) if share])  # fewer samples than GPUs
+    save = cfg.resolved_save_path()
+    begin = time.time()
+    run_replicas(save, list(shares), list(devices), replica_argv, progress=cfg.progress)
+    predictions = merged_predictions(save, samples, len(shares))
+    cfg.timings.update(merged_timings(save, len(shares)))
+    cfg.timings["judging_wall_s"] = time.time() - begin  # processes started, run and merged
+    slow_paths.add_counts(merged_slow_paths(save, len(shares)))
+    return predictions

@@ -485,46 +485,13 @@ def run_evaluation(cfg: EvalConfig, replica_argv=None) -> dict:
     started = time.time()
     samples, grm_tokenizer, disrm_tokenizer = prepare_run(cfg)
     if replica_argv is not None:
-        devices = _replica_devices(cfg)
-        if devices:
-            return _run_on_replicas(cfg, samples, devices, replica_argv, started)
+        from longrm_jax.evaluation import replicas
+
+        predictions = replicas.judge_on_replicas(cfg, samples, replica_argv)
+        if predictions is not None:
+            return finish_run(cfg, samples, predictions, started, device_kind=cfg.timings.get("device"))
     predictions = judge_samples(cfg, samples, grm_tokenizer, disrm_tokenizer)
     return finish_run(cfg, samples, predictions, started)
-
-
-def _replica_devices(cfg: EvalConfig) -> list[str]:
-    """The devices of a replicated run (evaluation.replicas.plan_replicas), [] for one program."""
-    from longrm_jax.evaluation import replicas
-    from longrm_jax.hf.load import read_hf_config
-    from longrm_jax.models.config import from_hf_config
-
-    config = from_hf_config(read_hf_config(cfg.model_path))
-    devices, reason = replicas.plan_replicas(str(cfg.replicas), cfg.mesh, config, cfg.dtype)
-    logger.info("replicas: %s", reason)
-    return devices
-
-
-def _run_on_replicas(cfg: EvalConfig, samples: list[EvalSample], devices: list[str], replica_argv,
-                     started: float) -> dict:
-    """Judge ``samples`` in one process per device, then merge and write the outputs as one run."""
-    from longrm_jax.evaluation import replicas
-    from longrm_jax.hf.load import read_hf_config
-    from longrm_jax.models.config import from_hf_config
-    from longrm_jax.ops import slow_paths
-
-    config = from_hf_config(read_hf_config(cfg.model_path))
-    costs = [replicas.sample_cost(s, config, is_disrm=cfg.is_disrm, both_orders=cfg.both_orders,
-                                  max_new_tokens=cfg.max_new_tokens, share_prompt=cfg.share_prompt) for s in samples]
-    shares = [[samples[i] for i in share] for share in replicas.share_out(costs, len(devices))]
-    shares, devices = zip(*[(share, d) for share, d in zip(shares, devices) if share])  # fewer samples than GPUs
-    save = cfg.resolved_save_path()
-    begin = time.time()
-    replicas.run_replicas(save, list(shares), list(devices), replica_argv, progress=cfg.progress)
-    predictions = replicas.merged_predictions(save, samples, len(shares))
-    cfg.timings.update(replicas.merged_timings(save, len(shares)))
-    cfg.timings["judging_wall_s"] = time.time() - begin  # processes started, run and merged
-    slow_paths.add_counts(replicas.merged_slow_paths(save, len(shares)))
-    return finish_run(cfg, samples, predictions, started, device_kind=cfg.timings.get("device"))
 
 
 def prepare_run(cfg: EvalConfig):
