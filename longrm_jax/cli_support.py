@@ -103,6 +103,21 @@ def default_jax_platforms(environ=None) -> None:
             sys.modules["jax"].config.update("jax_platforms", "cpu")
 
 
+def visible_gpu_ids(environ=None) -> list[str]:
+    """The GPUs a process started with ``environ`` would see, found without starting any backend (a parent
+    that started one would hold GPU memory its children need): CUDA_VISIBLE_DEVICES's entries as written
+    when set, else the host's /dev/nvidiaN nodes in order."""
+    environ = os.environ if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [entry.strip() for entry in visible.split(",") if entry.strip()]
+    try:
+        nodes = os.listdir("/dev")
+    except OSError:
+        return []
+    return sorted((n[6:] for n in nodes if n.startswith("nvidia") and n[6:].isdigit()), key=int)
+
+
 def _libtpu_installed() -> bool:
     import importlib.util  # noqa: PLC0415
 

@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from longrm_jax.cli_support import InputError, add_debug_flag, run_cli
+from longrm_jax.cli_support import InputError, add_debug_flag, run_cli, visible_gpu_ids
 
 # Only training starts jax.distributed (training.distributed); evaluate runs one process over all local GPUs.
 COMMANDS = ("train",)
@@ -35,10 +35,7 @@ def _free_port() -> int:
 
 
 def _gpu_count() -> int:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip()])
-    return len([n for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit()])
+    return len(visible_gpu_ids())
 
 
 def child_env(process_id: int, num_processes: int, port: int, devices_per_process: int, environ=None) -> dict:
