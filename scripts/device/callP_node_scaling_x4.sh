@@ -8,11 +8,13 @@
 #   fsdp4off fsdp4 with the overlap settings the trainer applies by default turned off through XLA_FLAGS (a flag
 #          the user sets wins): the "off" column of the flag table;
 #   ring4  mesh.seq=4, one 2 x 128K pair (ring attention); ring4f the same with the overlap flags.
+# EXTRA_SETS (optional, word-split) is appended to every run's overrides, e.g. "--set model.remat=save_attention_out"
+# (what auto picks for these runs) to skip remat=auto's candidate compiles.
 # A run starts only while the call has time for it (BUDGET_S); everything is packed into $OUT/callP.tgz as it
 # goes, so a call cut off still returns the runs that finished.
 # Run: RUNS="1gpu fsdp4 ring4" bash scripts/device/callP_node_scaling_x4.sh
 source scripts/device/common.sh
-OUTF=$OUT; W=/tmp/w; mkdir -p $W; OUT=$W
+OUTF=$OUT; W=${W:-/tmp/w}; mkdir -p $W; OUT=$W
 START=$(date +%s); BUDGET_S=${BUDGET_S:-540}; RUNS=${RUNS:-"1gpu fsdp4 data4 fsdp4f"}
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee $W/gpus.txt
 nvidia-smi topo -m > $W/topo.txt 2>&1
@@ -31,7 +33,7 @@ left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
 one() {  # one NAME LIMIT_S L [--set ...]: run it if the call has LIMIT_S left, then summarise its profile
   local name=$1 t=$2 L=$3; shift 3
   if [ $(left) -lt $t ]; then echo "=== $name skipped: $(left) s left" | tee -a $W/summary.txt; return; fi
-  STEPS=3 run_train $name $t configs/qwen3_8b_grm_simpo.yaml $L "${BASE[@]}" "$@"
+  STEPS=3 run_train $name $t configs/qwen3_8b_grm_simpo.yaml $L "${BASE[@]}" "$@" ${EXTRA_SETS}
   python3 scripts/profile_summary.py /tmp/runs/$name/profile --top 25 --json $W/$name.profile.json \
     > $W/$name.profile.txt 2>&1; grep -m 3 "span" $W/$name.profile.txt
   tar czf $OUTF/callP.tgz -C $W .

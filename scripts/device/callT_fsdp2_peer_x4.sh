@@ -15,7 +15,7 @@
 # what finished).
 # Run: bash scripts/device/callT_fsdp2_peer_x4.sh      (STAGE=bt L=32768 BUDGET_S=450 PARTS="1 2" to override)
 source scripts/device/common.sh
-OUTF=$OUT; W=/tmp/w; mkdir -p $W; OUT=$W
+OUTF=$OUT; W=${W:-/tmp/w}; mkdir -p $W; OUT=$W
 START=$(date +%s); BUDGET_S=${BUDGET_S:-450}; PARTS=${PARTS:-"1 2"}; STAGE=${STAGE:-simpo}
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}  # NVLink multicast stays off (KINDS.md)
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee $W/gpus.txt
