@@ -11,7 +11,7 @@
 #           peer's fp32 all-vocabulary logits do not fit at 2 x 32K).
 # Run: bash scripts/device/callV_node_x4.sh    (PARTS="mp ring4 peer16" BUDGET_S=570 to override)
 source scripts/device/common.sh
-OUTF=$OUT; W=/tmp/wv; mkdir -p $W; START=$(date +%s); BUDGET_S=${BUDGET_S:-570}; PARTS=${PARTS:-"mp ring4 peer16"}
+OUTF=$OUT; W=/tmp/wv; mkdir -p $W; START=$(date +%s); BUDGET_S=${BUDGET_S:-585}; PARTS=${PARTS:-"mp ring4 peer16"}
 left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
 T() { echo "$1 $(( $(date +%s) - START )) s" | tee -a $W/summary.txt; }
 pack() { cp $W/summary.txt $OUTF/ 2>/dev/null; tar czf $OUTF/callV.tgz -C $W . ; }
@@ -50,8 +50,8 @@ mp() {
 for p in $PARTS; do
   case $p in
     mp) if [ $(left) -gt 250 ]; then mp; else echo "mp skipped" | tee -a $W/summary.txt; fi; T "mp done" ;;
-    ring4) t=$(( $(left) - 210 )); [ $t -gt 300 ] && t=300
-       if [ $t -gt 200 ]; then
+    ring4) t=$(( $(left) - 10 )); [ $t -gt 280 ] && t=280
+       if [ $t -gt 180 ]; then
          mkdir -p $W/ring; OUT=$W/ring W=/tmp/wv_ring RUNS=ring4 RING_S=$t BUDGET_S=$((t + 5)) EXTRA_SETS="--set model.remat=save_attention_out" \
            bash scripts/device/callP_node_scaling_x4.sh > $W/ring4.txt 2>&1; tail -12 $W/ring4.txt | tee -a $W/summary.txt
        else echo "ring4 skipped: $(left) s left" | tee -a $W/summary.txt; fi; T "ring4 done" ;;
