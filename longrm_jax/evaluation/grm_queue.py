@@ -109,7 +109,7 @@ class _FileJob:
 def judge_grm_files(cfg, files: Sequence[tuple[str, list[EvalSample]]], model, tokenizer, mesh,
                     partial) -> dict[str, list[dict]]:
     """Predictions of every sample of ``files`` ((task file, samples) pairs), judged in one generator call;
-    ``partial`` (``runner.PartialResults``) receives each file as it completes. ``cfg``: ``runner.EvalConfig``."""
+    ``partial`` (``partial.PartialResults``) receives each file as it completes. ``cfg``: ``runner.EvalConfig``."""
     from tqdm.auto import tqdm
 
     jobs = []
