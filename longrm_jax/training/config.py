@@ -17,6 +17,7 @@ import yaml
 
 from longrm_jax.cli_support import InputError
 from longrm_jax.data.tokenize import RESPONSE_ENDS
+from longrm_jax.training.mesh_config import MESH_BY_HAND, MeshSection, mesh_problem, range_rules, spelled_out
 
 
 class ConfigError(InputError):
@@ -149,29 +150,6 @@ class LoraSection:
 
 
 @dataclass
-class MeshSection:
-    # `mesh: auto` (YAML) or `--set mesh=auto`: the trainer chooses data, fsdp or seq over every device, the one
-    # that fits and moves the fewest bytes per step (training.mesh_plan, parallel.mesh_choice). A later
-    # `--set mesh.<key>=...` sets the mesh by hand instead, starting from MESH_BY_HAND.
-    auto: bool = False
-    data: int = 1
-    fsdp: int = -1
-    seq: int = 1
-    tensor: int = 1
-    # Mesh axes the parameters' model dimension (and so optimizer state) is sharded over. ["fsdp", "seq"]
-    # shards them over the sequence-parallel devices too (ZeRO over every device, as upstream's ZeRO + SP).
-    param_axes: list = field(default_factory=lambda: ["fsdp"])
-    # Mesh axes the optimizer moments' model dimension is sharded over; null: param_axes. ["data"] with the
-    # weights replicated is ZeRO-1 (what auto's data-parallel choice sets).
-    optimizer_axes: list | None = None
-
-
-# What `--set mesh.<key>=...` over `mesh: auto` starts from: one device, weights sharded over fsdp and seq (the
-# shipped GPU configs' explicit mesh before auto), so `--set mesh.seq=4` is the ring over 4 devices as it was.
-MESH_BY_HAND = {"data": 1, "fsdp": 1, "seq": 1, "tensor": 1, "param_axes": ["fsdp", "seq"]}
-
-
-@dataclass
 class CheckpointSection:
     dir: str | None = None  # None: <output_dir>/checkpoints
     every: int = 0  # save every N steps (0: only at the end)
@@ -281,16 +259,9 @@ class TrainConfig:
             raise ConfigError(f"data.layout must be packed or rows; got {self.data.layout!r}")
         if self.data.layout == "rows" and self.stage == "sft":
             raise ConfigError("data.layout rows is for preference stages (simpo, bt); sft packs samples")
-        if self.mesh.seq > 1 and self.data.seq_len % (2 * self.mesh.seq):
-            raise ConfigError(f"data.seq_len ({self.data.seq_len}) must be a multiple of 2 x mesh.seq "
-                              f"({2 * self.mesh.seq}) for zigzag ring attention")
-        for key in ("param_axes", "optimizer_axes"):
-            bad_axes = set(getattr(self.mesh, key) or ()) - {"data", "fsdp", "seq", "tensor"}
-            if bad_axes:
-                raise ConfigError(f"mesh.{key}: unknown mesh axes {sorted(bad_axes)}; valid: data, fsdp, seq, tensor")
-        sized = [k for k in ("data", "fsdp", "seq", "tensor") if getattr(self.mesh, k) != getattr(MeshSection, k)]
-        if self.mesh.auto and sized:
-            raise ConfigError(f"mesh.auto chooses the axis sizes itself; drop mesh.{', mesh.'.join(sized)} (or auto)")
+        problem = mesh_problem(self.mesh, self.data.seq_len)
+        if problem:
+            raise ConfigError(problem)
         if self.checkpoint.on_low_disk not in ("error", "delete_oldest"):
             raise ConfigError(f"checkpoint.on_low_disk must be error or delete_oldest; got "
                               f"{self.checkpoint.on_low_disk!r}")
@@ -362,9 +333,7 @@ class TrainConfig:
             ("host_memory_budget_gib", self.host_memory_budget_gib,
              self.host_memory_budget_gib is None or self.host_memory_budget_gib > 0, "> 0 (or unset)"),
         ]
-        for axis in ("data", "fsdp", "seq", "tensor"):
-            size = getattr(self.mesh, axis)
-            rules.append((f"mesh.{axis}", size, size >= 1 or size == -1, ">= 1, or -1 (the devices left over)"))
+        rules += range_rules(self.mesh)
         for key, value, ok, want in rules:
             if not ok:
                 raise ConfigError(f"{key} must be {want}; got {value!r}")
@@ -505,8 +474,8 @@ def _build(cls, data: dict, where: str):
             )
         tp = types_[key]
         sub = f"{where}.{key}" if where else key
-        if tp is MeshSection and value == "auto":  # `mesh: auto`
-            value = {"auto": True}
+        if tp is MeshSection:  # `mesh: auto`
+            value = spelled_out(value)
         kwargs[key] = _build(tp, value or {}, sub) if dataclasses.is_dataclass(tp) else _coerce(value, tp, sub)
     return cls(**kwargs)
 

@@ -22,8 +22,9 @@ import numpy as np
 
 from longrm_jax.parallel import mesh_choice
 from longrm_jax.parallel.mesh import make_mesh
-from longrm_jax.training.config import MeshSection, TrainConfig
+from longrm_jax.training.config import TrainConfig
 from longrm_jax.training.memory_plan import MemoryPlanError, StepPlan, plan_train_step, predicted_peak
+from longrm_jax.training.mesh_config import MeshSection
 
 
 @dataclass
