@@ -15,23 +15,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from longrm_jax import load_pretrained  # noqa: E402
+from helpers.family_parity import TOL, rel_err, right_padded  # noqa: E402
 from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
-
-TOL = 1e-4
-
-
-def rel_err(ours, theirs):
-    ours, theirs = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
-    return np.linalg.norm(ours - theirs) / np.linalg.norm(theirs)
-
-
-def right_padded_batch(rng, lengths, width, vocab, pad=0):
-    ids = np.full((len(lengths), width), pad, np.int64)
-    for row, n in enumerate(lengths):
-        ids[row, :n] = rng.integers(3, vocab, n)  # never the pad id inside a sequence
-    mask = (np.arange(width)[None] < np.asarray(lengths)[:, None]).astype(np.int64)
-    return ids, mask
-
 
 CAUSAL_CASES = [
     # family, rope, kv_heads (of 4 query heads), tied
@@ -56,7 +41,7 @@ def test_causal_lm_parity(tmp_path, family, rope, kv_heads, tied):
 
     # Right-padded batch: compare the valid positions. Lengths reach past YaRN / llama3's original length 64.
     lengths = [80, 37, 5]
-    ids, mask = right_padded_batch(rng, lengths, 80, 256)
+    ids, mask = right_padded(rng, lengths, 80, 256)
     with torch.no_grad():
         ref = ref_model(torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
     seg = mask.astype(np.int32)
@@ -93,7 +78,7 @@ def test_classifier_parity(tmp_path, family, kv_heads, num_labels):
     model = load_pretrained(tmp_path)
     assert type(model).__name__ == "SequenceClassifier" and model.config.num_labels == num_labels
     rng = np.random.default_rng(1)
-    ids, mask = right_padded_batch(rng, [40, 9, 1, 23], 40, 256)
+    ids, mask = right_padded(rng, [40, 9, 1, 23], 40, 256)
     with torch.no_grad():
         ref = ref_model(torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
     ours = np.asarray(jax.jit(lambda m, i, s: m(i, segment_ids=s))(model, jnp.asarray(ids, jnp.int32),
