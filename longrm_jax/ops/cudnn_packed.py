@@ -43,7 +43,7 @@ import threading
 import jax
 import jax.numpy as jnp
 
-from longrm_jax.ops import cudnn_flash
+from longrm_jax.ops import cudnn_flash, slow_paths
 
 DEFAULT_MAX_RUNS = 4  # sequence starts per view row (M)
 MAX_VIEW_HALVINGS = 6  # views L = T, T/2, ..., T/64 (while L divides evenly and stays >= MIN_VIEW_LEN)
@@ -187,8 +187,6 @@ def supports(q, k, q_segment_ids, kv_segment_ids, *, causal, check_device=True) 
 def _cudnn_version_ok() -> bool:
     """cuDNN is new enough for the ragged backward; when not (or the check fails), one slow-path warning: packed
     rows then take the recomputing backward."""
-    from longrm_jax.ops import slow_paths
-
     try:
         version = int(cudnn_flash._FA.check_cudnn_version())
     except Exception as e:  # noqa: BLE001 - no usable cuDNN: not supported, said once

@@ -12,7 +12,7 @@ import functools
 
 import jax.numpy as jnp
 
-from longrm_jax.ops import flash
+from longrm_jax.ops import flash, slow_paths
 from longrm_jax.ops.contract import check_impl, check_interpret, seq_axis_size
 from longrm_jax.ops.xla_attention import XlaBlockKernel
 from longrm_jax.parallel.target import target_of
@@ -44,8 +44,6 @@ def _half_precision(dtype) -> bool:
 def warn_missing_tokamax(fallback: str) -> None:
     """Once per process: without tokamax a GPU runs a slower kernel (measured: 43.8% instead of 48.3% MFU
     training Qwen3-8B at 2 x 32K tokens on an H200), which otherwise goes unnoticed."""
-    from longrm_jax.ops import slow_paths
-
     reason = flash.tokamax_unavailable_reason() or "not installed"
     fix = ("install the GPU extra: pip install \"longrm_jax[gpu]\"" if reason == "not installed" else
            "repair the GPU extra: pip install --force-reinstall \"longrm_jax[gpu]\"")
@@ -67,8 +65,6 @@ def local_impl(impl="auto", *, has_segment_ids=False, dtype=None, window=None):
         if target.is_tpu:
             return "splash"  # its LocalMask
         if target.is_gpu:
-            from longrm_jax.ops import slow_paths
-
             slow_paths.report("window_attention", f"sliding-window attention (window {window}) runs XLA's "
                               "blockwise attention: the cuDNN / Pallas kernels do not take a window yet",
                               "none yet (issue 43: sliding windows in the GPU kernels)")
@@ -76,8 +72,6 @@ def local_impl(impl="auto", *, has_segment_ids=False, dtype=None, window=None):
     if target.is_tpu:
         return "splash"
     if target.is_gpu and not _half_precision(dtype):
-        from longrm_jax.ops import slow_paths
-
         slow_paths.report("fp32_attention", f"{dtype} attention on the GPU runs XLA's attention (the flash kernels "
                           "take bfloat16 / float16 only)", "model.compute_dtype=bfloat16 (evaluate: --dtype "
                           "bfloat16), as the shipped configs train")

@@ -33,7 +33,7 @@ import logging
 import jax
 import jax.numpy as jnp
 
-from longrm_jax.ops import cudnn_flash, cudnn_packed
+from longrm_jax.ops import cudnn_flash, cudnn_packed, slow_paths
 from longrm_jax.ops.contract import AttentionNotSupportedError, check_interpret
 from longrm_jax.ops.kernel_vjp import LseVjpKernel, lse_vjp_kernel
 from longrm_jax.ops.splash import SplashKernel
@@ -268,8 +268,6 @@ class CudnnKernel:
         # The private primitives give fp32 statistics and a backward from the global out/LSE (ring blocks).
         self.supports_ring_backward = cudnn_flash.available()
         if not cudnn_flash.available():
-            from longrm_jax.ops import slow_paths
-
             slow_paths.report("cudnn_recompute_backward",
                               f"JAX's private cuDNN API is unavailable ({cudnn_flash.UNAVAILABLE_REASON}), so "
                               "impl='cudnn' differentiates by running the forward again", "use the jax version "
