@@ -1,0 +1,19 @@
+# Call W (issue 40 item 6, kind nvidia-h100-x4): scripts/e2e_gpu.py on the 4-GPU node, through the user's commands:
+# HF checkpoint (random Qwen3-8B in /dev/shm) -> python -m longrm_jax.train with the shipped SimPO config, one
+# 2 x L pair per step over mesh.seq=4 (ring attention; L=65536: 131,072 tokens a step, the shipped rows' size), a
+# checkpoint every step, SIGKILL after the first -> --resume -> python -m longrm_jax.export -> python -m
+# longrm_jax.evaluate with --replicas 4 (one per GPU). The persistent compilation cache (compilation_cache) lets the
+# resumed process reuse the killed one's compiled step. Phase table and logs in $OUT (e2e.log as it goes).
+# Run: bash scripts/device/callW_e2e_x4.sh   (L=32768 for a shorter pair)
+source scripts/device/common.sh
+W=/tmp/e2e_x4; L=${L:-65536}
+( while sleep 5; do echo "$(date -u +%T) host_used_GiB=$(free -g | awk '/Mem:/{print $3}') gpu=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"; done ) > $OUT/e2e_x4.mon &
+MON=$!
+ARGS=(--model qwen3_8b --devices 4 --length $L --scratch /dev/shm --eval-samples 2 --set compilation_cache=/tmp/jaxcache)
+echo "=== $(date -u +%T) python3 scripts/e2e_gpu.py ${ARGS[*]} --work $W --keep --benchmarks-md $OUT/benchmarks_section.md" | tee $OUT/summary.txt
+timeout ${E2E_S:-580} python3 scripts/e2e_gpu.py "${ARGS[@]}" --work $W --keep --benchmarks-md $OUT/benchmarks_section.md 2>&1 | tee $OUT/e2e.log | tail -40
+echo "rc=$?" | tee -a $OUT/summary.txt
+kill $MON 2>/dev/null
+awk -F'host_used_GiB=' '{split($2,a," "); if (a[1]+0>m) m=a[1]+0} END {print "max host used GiB (free -g):", m}' $OUT/e2e_x4.mon | tee -a $OUT/summary.txt
+grep -hE "^step |tokens/s|MFU|resumed" $W/train.log $W/resume.log 2>/dev/null | cut -c1-300 | tee -a $OUT/summary.txt
+tar czf $OUT/callW.tgz -C $W --ignore-failed-read $(cd $W && ls *.log phases.json run/metrics.jsonl run/memory_plan.json eval/results.csv eval/*.json 2>/dev/null)
