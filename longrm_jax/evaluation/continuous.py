@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longrm_jax.evaluation.decoding import letter_logprobs
+from longrm_jax.evaluation.decoding import Generation, letter_logprobs
 from longrm_jax.evaluation.slot_plan import (  # noqa: F401 - MEMORY_FRACTION, MAX_SLOTS: re-exported
     FALLBACK_SLOTS,
     MAX_SLOTS,
@@ -44,6 +44,7 @@ from longrm_jax.evaluation.slot_plan import (  # noqa: F401 - MEMORY_FRACTION, M
     plan_pools,
     plan_slots,
 )
+from longrm_jax.ops import slow_paths
 from longrm_jax.ops.contract import PAD_POSITION
 from longrm_jax.parallel.target import target_of
 
@@ -194,8 +195,6 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
 
     from tqdm.auto import tqdm
 
-    from longrm_jax.evaluation.decoding import Generation
-
     max_new = generator.max_new_tokens
     pad_id = generator.pad_id
     admit, decode = _jitted(int(chunk), max_new, pad_id, target_of(generator.mesh).platform != "cpu")
@@ -299,8 +298,6 @@ def device_memory_bytes(device=None) -> int | None:
         stats = device.memory_stats()
     except Exception as e:  # noqa: BLE001 - backends without allocator stats raise various errors
         if device.platform != "cpu":  # an accelerator always has a limit: losing it shrinks the slot pool
-            from longrm_jax.ops import slow_paths
-
             slow_paths.report("eval_slots_fallback", f"{device.platform} memory_stats() failed ({type(e).__name__}: "
                               f"{e}), so continuous GRM evaluation runs {FALLBACK_SLOTS} slots instead of as many as "
                               "the memory holds", "pass --device-memory-gib (the device's memory) or --batch-size")

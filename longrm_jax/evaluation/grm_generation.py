@@ -5,12 +5,12 @@ run's ``evaluation.runner.EvalConfig``."""
 from __future__ import annotations
 
 from longrm_jax.evaluation.encoding import stop_token_ids
+from longrm_jax.evaluation.generation import GreedyGenerator
+from longrm_jax.evaluation.simulated_lengths import judgement_lengths
 
 
 def make_generator(cfg, model, tokenizer, mesh, letter_ids=()):
     """The GRM generator of ``cfg``: continuous batching unless ``static_batches`` (or a multi-device mesh)."""
-    from longrm_jax.evaluation.generation import GreedyGenerator
-
     memory = int(cfg.device_memory_gib * (1 << 30)) if cfg.device_memory_gib else None
     return GreedyGenerator(
         model, pad_id=tokenizer.pad_id, stop_ids=stop_token_ids(cfg.model_path, tokenizer),
@@ -23,7 +23,6 @@ def simulated_budgets(cfg, prompts) -> list[int] | None:
     """Per-prompt budgets when ``cfg.simulate_judgement_lengths`` (benchmarks of random-weight models)."""
     if not cfg.simulate_judgement_lengths:
         return None
-    from longrm_jax.evaluation.simulated_lengths import judgement_lengths
 
     return judgement_lengths(prompts, cfg.max_new_tokens)
 

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import jax
 
+from longrm_jax.evaluation.continuous import param_bytes
 from longrm_jax.evaluation.encoding import grm_prompt_ids, verdict_letter_token_ids
 from longrm_jax.evaluation.estimate import estimate_run
 from longrm_jax.evaluation.grm_generation import add_timings, make_generator, simulated_budgets
@@ -190,7 +191,6 @@ def prompt_weights(cfg, generator, model, prompts, budgets) -> list[float]:
     if pools is None:
         logger.info("static batches: no slot plan, no time estimate (progress weighted by tokens)")
         return [float(n + b) for n, b in zip(lengths, budgets)]
-    from longrm_jax.evaluation.continuous import param_bytes
 
     estimate = estimate_run(model.config, param_bytes(model), pools, lengths, budgets, jax.devices()[0].device_kind,
                             unrolled=bool(getattr(model.config, "unroll_cached_layers", False)))

@@ -34,6 +34,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from longrm_jax.evaluation.encoding import maybe_truncate
+from longrm_jax.evaluation.grm_generation import add_timings, make_generator, simulated_budgets
+from longrm_jax.evaluation.judging import base_prediction
 from longrm_jax.evaluation.samples import LONG_FORM, EvalSample
 
 PROTOCOLS = ("upstream", "pointwise", "joint")
@@ -173,8 +176,6 @@ def pointwise_prompt_ids(sample: EvalSample, tokenizer, answer: int, max_length:
     """(ids, truncated) of the judge prompt for answer ``answer`` (gold order) of a Long-form sample:
     ``upstream``: the raw-text prompt with the tokenizer's own special tokens (as vLLM encodes a string prompt);
     ``pointwise``: our messages through the chat template."""
-    from longrm_jax.evaluation.encoding import maybe_truncate
-
     if protocol == "upstream":
         text = upstream_prompt(model_path, sample.prompt or "", sample.answers[answer])
         ids = tokenizer.hf(text, add_special_tokens=True)["input_ids"]
@@ -188,8 +189,6 @@ def pointwise_prediction(sample: EvalSample, outputs: Sequence[str], num_tokens:
                          truncated: Sequence[bool], protocol: str = "pointwise") -> dict:
     """Prediction of a GRM that judged each answer of ``sample`` (gold order) on its own; ``protocol`` (upstream
     or pointwise) picks the parser and the handling of unparsed scores, and is recorded."""
-    from longrm_jax.evaluation.judging import base_prediction
-
     record = base_prediction(sample)
     scores = [parse_result(text, protocol) for text in outputs]
     chosen = [i < sample.num_chosen for i in range(len(sample.answers))]
@@ -205,8 +204,6 @@ def pointwise_prediction(sample: EvalSample, outputs: Sequence[str], num_tokens:
 def run_pointwise_grm(cfg, samples: list[EvalSample], model, tokenizer, mesh) -> list[dict]:
     """Judge every answer of every Long-form sample on its own, greedy, under ``cfg.longform_protocol``
     (upstream: ``cfg.longform_max_new_tokens`` or 1,024 new tokens; pointwise: ``cfg.max_new_tokens``)."""
-    from longrm_jax.evaluation.grm_generation import add_timings, make_generator, simulated_budgets
-
     protocol = cfg.longform_protocol
     if protocol not in ("upstream", "pointwise"):
         raise ValueError(f"judging each response alone needs protocol upstream or pointwise, not {protocol!r}")

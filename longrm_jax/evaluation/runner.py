@@ -30,26 +30,34 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from longrm_jax.data.readers import NEEDLE_POSITION_FIELDS
 from longrm_jax.data.records import DataError
-from longrm_jax.evaluation import longform, metrics, plots
+from longrm_jax.evaluation import longform, metrics, plots, replicas
 from longrm_jax.evaluation.encoding import (
     UPSTREAM_MAX_LENGTH,
     ModelDirError,
     disrm_sequences_batch,
     load_chat_tokenizers,
 )
+from longrm_jax.evaluation.generation import prepare_for_decoding
 from longrm_jax.evaluation.grm_generation import add_timings
+from longrm_jax.evaluation.grm_queue import judge_grm_files
 from longrm_jax.evaluation.judging import disrm_prediction, judged_orders
 from longrm_jax.evaluation.partial import PartialResults, result_settings
 from longrm_jax.evaluation.samples import (
     DEFAULT_SEED,
     LONG_FORM,
+    NEEDLE_LENGTH_FIELDS,
     BenchDataError,
     EvalSample,
     discover_task_files,
     load_task_file,
 )
-from longrm_jax.hf.load import CheckpointError
+from longrm_jax.evaluation.scoring import DisRMScorer
+from longrm_jax.evaluation.shared_prompt import SharedPromptScorer
+from longrm_jax.hf.load import CheckpointError, load_pretrained, read_hf_config
+from longrm_jax.ops import slow_paths
+from longrm_jax.parallel.mesh import make_mesh
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +161,6 @@ def resolve_dtype(cfg: EvalConfig) -> str:
         return cfg.dtype
     if not cfg.is_disrm:
         return "bfloat16"
-    from longrm_jax.hf.load import read_hf_config
 
     hf_config = read_hf_config(cfg.model_path)
     stored = str(hf_config.get("torch_dtype") or hf_config.get("dtype") or "")
@@ -163,7 +170,6 @@ def resolve_dtype(cfg: EvalConfig) -> str:
 def build_mesh(spec: dict[str, int] | None):
     if not spec:
         return None
-    from longrm_jax.parallel.mesh import make_mesh
 
     return make_mesh(**spec)
 
@@ -171,8 +177,6 @@ def build_mesh(spec: dict[str, int] | None):
 def check_model_kind(cfg: EvalConfig) -> None:
     """Refuse a head that does not fit the evaluation mode (a causal LM scored by a random new score head, or a
     classifier asked to generate), suggesting the flag that fits."""
-    from longrm_jax.hf.load import read_hf_config
-
     architectures = read_hf_config(cfg.model_path).get("architectures") or []  # names the problem if unreadable
     names = ", ".join(architectures)
     classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
@@ -206,13 +210,9 @@ def unroll_decode_layers(cfg: EvalConfig, samples: int) -> bool:
 def load_model(cfg: EvalConfig, mesh, samples: int = 0):
     """The model as the evaluation runs it: a generative judge in the decoding weight layout (fused q/k/v and
     gate/up projections, built once here) for a run of ``samples`` samples."""
-    from longrm_jax.hf.load import load_pretrained
-
     model = load_pretrained(cfg.model_path, dtype=cfg.dtype, mesh=mesh,
                             head="classifier" if cfg.is_disrm else "causal_lm")
     if not cfg.is_disrm:
-        from longrm_jax.evaluation.generation import prepare_for_decoding
-
         unroll = unroll_decode_layers(cfg, samples)
         prepare_for_decoding(model, mesh, cfg.decode_attention, unroll_layers=unroll)
         logger.info("decode attention %s, layer loop %s", model.config.decode_attention,
@@ -228,8 +228,6 @@ def _progress(items, cfg: EvalConfig, desc: str):
 
 def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh, run_samples: int = 0) -> list[dict]:
     """Scores of one task file's ``samples``; ``run_samples``: samples in the whole run (bucket planning)."""
-    from longrm_jax.evaluation.scoring import DisRMScorer
-
     sequences, owners, truncated = [], [], []
     step = 16  # samples per tokenizer batch (the Rust tokenizer spreads a batch over the cores)
     with _progress(samples, cfg, "tokenizing") as bar:
@@ -247,8 +245,6 @@ def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh
     for seq_index, owner in enumerate(owners):
         per_sample.setdefault(owner, []).append(seq_index)
     if cfg.share_prompt and (mesh is None or mesh.size == 1):
-        from longrm_jax.evaluation.shared_prompt import SharedPromptScorer
-
         shared = SharedPromptScorer(model, pad_id)
         scores = np.zeros(len(sequences), np.float32)
         groups = [[sequences[i] for i in per_sample[s_index]] for s_index in range(len(samples))]
@@ -274,8 +270,6 @@ def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh
 def run_grm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh, partial=None) -> list[dict]:
     """Judgements of one task file's ``samples`` (the ``--queue per-task`` schedule); ``partial``
     (:class:`PartialResults`) journals finished samples (default: under the run's save path)."""
-    from longrm_jax.evaluation.grm_queue import judge_grm_files
-
     partial = partial or PartialResults(os.path.join(cfg.resolved_save_path(), "partial"), result_settings(cfg))
     path = samples[0].file
     return judge_grm_files(cfg, [(path, samples)], model, tokenizer, mesh, partial)[path]
@@ -330,9 +324,6 @@ def summarize(predictions: list[dict], tasks: Sequence[str]) -> dict:
 
 def needle_heatmap_note(long_form: list[dict]) -> str | None:
     """Why the needle heatmap is not drawn, or drawn from part of the records (None: drawn from all)."""
-    from longrm_jax.data.readers import NEEDLE_POSITION_FIELDS
-    from longrm_jax.evaluation.samples import NEEDLE_LENGTH_FIELDS
-
     placed = [p for p in long_form if p.get("needle_position") is not None]
     if not placed:
         return (f"not drawn: no Long-form record carries a needle position (field "
@@ -409,8 +400,6 @@ def run_evaluation(cfg: EvalConfig, replica_argv=None) -> dict:
     started = time.time()
     samples, grm_tokenizer, disrm_tokenizer = prepare_run(cfg)
     if replica_argv is not None:
-        from longrm_jax.evaluation import replicas
-
         predictions = replicas.judge_on_replicas(cfg, samples, replica_argv)
         if predictions is not None:
             return finish_run(cfg, samples, predictions, started, device_kind=cfg.timings.get("device"))
@@ -474,8 +463,6 @@ def judge_samples(cfg: EvalConfig, samples: list[EvalSample], grm_tokenizer, dis
         partial.save(path, done)
         by_file[path] = done
     if queued:
-        from longrm_jax.evaluation.grm_queue import judge_grm_files
-
         begin = time.time()
         by_file.update(judge_grm_files(cfg, queued, model, grm_tokenizer, mesh, partial))
         add_timings(cfg, {"judging_s": time.time() - begin})
@@ -493,7 +480,6 @@ def finish_run(cfg: EvalConfig, samples: list[EvalSample], predictions: list[dic
     settings.update(model_type="Discriminative RM" if cfg.is_disrm else "Generative RM",
                     seconds=round(time.time() - started, 1))
     summary["timings"] = cfg.timings  # written below; aggregation_s covers summarising and writing
-    from longrm_jax.ops import slow_paths
 
     summary["slow_paths"] = slow_paths.counts()  # fallbacks taken (ops.slow_paths), {} when none
     write_outputs(cfg.resolved_save_path(), predictions, summary, settings)
