@@ -17,6 +17,7 @@ docs/flops.md counts them (:func:`counted_flops`), beside XLA's cost analysis, w
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 
 import jax
@@ -48,10 +49,11 @@ class ProgramReport:
     flops: float | None  # XLA's cost analysis, per chip (loop bodies once)
     counts: dict = field(default_factory=dict)
     counted: float = 0.0  # docs/flops.md count, per chip
+    cache: str = ""  # the GRM decode's KV cache, per chip (cache_text)
 
     def describe(self, budget: int) -> str:
         xla = "n/a" if self.flops is None else flop_text(self.flops)
-        return (f"{self.name}: arguments {self.arguments / GiB:.2f} + outputs not in donated arguments "
+        return (f"{self.name}: {self.cache}arguments {self.arguments / GiB:.2f} + outputs not in donated arguments "
                 f"{self.outputs / GiB:.2f} + "
                 f"temporaries {self.temp / GiB:.2f} = peak {self.peak / GiB:.2f} GiB of the {budget / GiB:.1f} GiB "
                 f"budget ({'fits' if self.peak <= budget else 'DOES NOT FIT'}); {flop_text(self.counted)} per chip "
@@ -134,7 +136,20 @@ def compile_programs(mcfg, topology: Topology, mesh, *, is_disrm: bool, rows: in
         compiled = decode.lower(model, cache, first, first_letters, rows_only, stops, letters).compile()
         reports.append(_program(f"decode [{rows} rows, cache {length + max_new_tokens}, {max_new_tokens} steps]",
                                 compiled, counted_flops(mcfg, "decode", rows, length, max_new_tokens) / chips))
+        reports[-1].cache = cache_text(mcfg, cache)
     return reports
+
+
+def cache_text(mcfg, cache) -> str:
+    """The KV cache's bytes per chip (abstract arrays with their shardings), and which layers keep a ring of
+    their window (``models.window_cache``), e.g. "KV cache 8.13 GiB per chip (8 of 48 layers at 133120 slots,
+    40 in rings of 1024); \"""
+    per_chip = sum(math.prod(leaf.sharding.shard_shape(leaf.shape)) * leaf.dtype.itemsize
+                   for leaf in jax.tree.leaves(cache) if leaf.ndim)
+    layout = (f"{mcfg.num_layers} layers at {cache.max_len} slots" if cache.ring is None else
+              f"{cache.k.shape[0]} of {mcfg.num_layers} layers at {cache.max_len} slots, "
+              f"{cache.local_k.shape[0]} in rings of {cache.ring}")
+    return f"KV cache {per_chip / GiB:.2f} GiB per chip ({layout}); "
 
 
 def _with_shardings(out_info, shardings):

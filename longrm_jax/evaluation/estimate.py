@@ -9,7 +9,8 @@ The rule (docs/perf_eval.md, "Run estimate"):
   queue order, takes the slot that frees first and holds it for its budget), so a pool that drains (rows
   finished, nothing left to admit) is priced at the steps it really runs, not at full slots. Each step reads
   the weights once and every active row's filled cache (the decode kernel reads only filled columns; mean
-  prompt length + half the mean budget; active rows on average = the pool's tokens / its steps), at the
+  prompt length + half the mean budget; sliding-window layers only their rings, ``slot_plan.kv_cache_bytes``;
+  active rows on average = the pool's tokens / its steps), at the
   device's decode efficiency of its memory bandwidth. A prompt's share is its budget's part of its pool's
   decode time. Every judgement is counted at its budget (``--max-new-tokens``, or the simulated lengths), so
   the estimate is an upper bound where judges stop early;
@@ -33,7 +34,7 @@ import heapq
 import math
 from collections.abc import Sequence
 
-from longrm_jax.evaluation.slot_plan import Pool, kv_bytes_per_column
+from longrm_jax.evaluation.slot_plan import Pool, kv_cache_bytes
 from longrm_jax.models.config import decoder_matmul_params
 from longrm_jax.parallel.topology import CHIPS
 
@@ -117,7 +118,6 @@ def estimate_run(config, weight_bytes: int, pools: Sequence[Pool], lengths: Sequ
     ``pools`` of the run (:func:`longrm_jax.evaluation.slot_plan.plan_pools`)."""
     rates = device_rates(device_kind)
     priced = rates or DEVICES[0]
-    per_column = kv_bytes_per_column(config)
     prompt_seconds = [0.0] * len(lengths)
     prefill = decode = 0.0
     for pool in pools:
@@ -126,7 +126,8 @@ def estimate_run(config, weight_bytes: int, pools: Sequence[Pool], lengths: Sequ
         mean_length = sum(lengths[i] for i in pool.items) / len(pool.items)
         steps = pool_steps([budgets[i] for i in pool.items], pool.slots)
         active = tokens / steps  # rows decoding per step, on average over the pool's schedule
-        step = (weight_bytes + active * per_column * (mean_length + tokens / len(pool.items) / 2)) / (
+        filled = mean_length + tokens / len(pool.items) / 2  # a row's cache columns, on average
+        step = (weight_bytes + active * kv_cache_bytes(config, filled)) / (
             priced.bandwidth * priced.decode_efficiency)
         for i in pool.items:
             prompt_seconds[i] = prefill_one + budgets[i] * steps * step / tokens

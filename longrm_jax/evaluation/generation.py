@@ -78,12 +78,20 @@ def prepare_for_decoding(model, mesh: Mesh | None = None, decode_attention: str 
 
 def _constrain_cache(cache):
     """Under a mesh: cache slots split like the prompt tokens (rows over data x fsdp, slots over seq, kv heads
-    over tensor), so a long context's cache is spread over the seq devices. A no-op without a mesh."""
+    over tensor), so a long context's cache is spread over the seq devices; the local layers' rings of a split
+    cache (a window's slots, models.window_cache) are not split over seq. A no-op without a mesh."""
     kv_names = (None, "batch", "seq", "act_kv_heads", None)
-    return dataclasses.replace(
+    cache = dataclasses.replace(
         cache, k=constrain(cache.k, kv_names, None), v=constrain(cache.v, kv_names, None),
         positions=constrain(cache.positions, ("batch", "seq"), None),
         segment_ids=constrain(cache.segment_ids, ("batch", "seq"), None))
+    if cache.ring is None:
+        return cache
+    ring_names = (None, "batch", None, "act_kv_heads", None)
+    return dataclasses.replace(
+        cache, local_k=constrain(cache.local_k, ring_names, None), local_v=constrain(cache.local_v, ring_names, None),
+        local_positions=constrain(cache.local_positions, ("batch", None), None),
+        local_segment_ids=constrain(cache.local_segment_ids, ("batch", None), None))
 
 
 def _prefill(model, input_ids, positions, last_index, letter_ids, *, max_len: int):

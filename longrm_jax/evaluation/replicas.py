@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from longrm_jax.cli_support import visible_gpu_ids
 from longrm_jax.evaluation.estimate import DEVICES, prefill_flops
 from longrm_jax.evaluation.samples import EvalSample
-from longrm_jax.evaluation.slot_plan import kv_bytes_per_column
+from longrm_jax.evaluation.slot_plan import kv_cache_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def sample_cost(sample: EvalSample, config, *, is_disrm: bool, both_orders: bool
         return n * prefill_flops(config, int(prompt + answers / n)) / flops_rate
     length = prompt + answers
     prefill = prefill_flops(config, int(length)) / flops_rate
-    step = (weight_bytes(config, "bfloat16") / DECODE_ROWS + length * kv_bytes_per_column(config)) / (
+    step = (weight_bytes(config, "bfloat16") / DECODE_ROWS + kv_cache_bytes(config, length)) / (
         rates.bandwidth * rates.decode_efficiency)
     return (2 if both_orders else 1) * (prefill + max_new_tokens * step)
 

@@ -36,6 +36,7 @@ from jax.ad_checkpoint import checkpoint_name
 from longrm_jax.models.layers import (LAYER_INPUT_NAME, constrain, device_twin, kernel_mask, layer_forward, norm,
                                       remat_policy, stacked_cache_attention)
 from longrm_jax.models.local_layers import by_kind, is_local, layer_rope, pick, rope_of
+from longrm_jax.models.window_cache import split_cached_call
 from longrm_jax.ops import attention
 from longrm_jax.parallel.mesh import logical_to_spec
 from longrm_jax.parallel.placement import fit_spec
@@ -293,6 +294,10 @@ class Decoder(nnx.Module):
         if write_at is not None and not (prefill and batch == 1):
             raise ValueError("write_at places one prompt's prefill (batch 1, prefill=True) into a cache row")
         seg = jnp.ones((batch, length), jnp.int32) if segment_ids is None else segment_ids
+        if cache.ring is not None:  # local layers in rings of their window (models.window_cache)
+            x, cache = split_cached_call(self, x, cache, positions, seg, (global_rope, local_rope), stacked,
+                                         prefill=prefill, write_at=write_at, attend_fresh=attend_fresh)
+            return norm(x, self.final_norm[...], cfg), cache
         if write_at is None:
             cache = cache.write_meta(positions, seg)
         masks = [cache.attention_mask(positions, seg, length)]  # global layers' [B, T, S], then local ones'
@@ -366,11 +371,14 @@ class _DecoderHead(nnx.Module):
         self.config = cfg
         self.model.config = cfg
 
-    def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
-        """Empty KV cache of ``max_len`` slots for ``self.model(..., cache=...)`` (dtype default: compute dtype)."""
+    def init_cache(self, batch: int, max_len: int, dtype=None, window_rings: bool = True) -> KVCache:
+        """Empty KV cache of ``max_len`` slots for ``self.model(..., cache=...)`` (dtype default: compute dtype).
+        Sliding-window layers keep rings of their window (``models.window_cache``) unless ``window_rings`` is
+        False (every layer at full length: the reference the rings are tested against)."""
         cfg = self.config
         return KVCache.create(cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim,
-                              dtype or cfg.compute_dtype)
+                              dtype or cfg.compute_dtype, cfg.local_layers if window_rings else (),
+                              cfg.sliding_window)
 
 
 class CausalLM(_DecoderHead):
