@@ -142,8 +142,8 @@ def compile_programs(mcfg, topology: Topology, mesh, *, is_disrm: bool, rows: in
 
 def cache_text(mcfg, cache) -> str:
     """The KV cache's bytes per chip (abstract arrays with their shardings), and which layers keep a ring of
-    their window (``models.window_cache``), e.g. "KV cache 8.13 GiB per chip (8 of 48 layers at 133120 slots,
-    40 in rings of 1024); \"""
+    their window (``models.window_cache``), e.g. "KV cache 8.44 GiB per chip (8 of 48 layers at 133120 slots,
+    40 in rings of 1024); " (Gemma 3 12B in bf16, one chip)."""
     per_chip = sum(math.prod(leaf.sharding.shard_shape(leaf.shape)) * leaf.dtype.itemsize
                    for leaf in jax.tree.leaves(cache) if leaf.ndim)
     layout = (f"{mcfg.num_layers} layers at {cache.max_len} slots" if cache.ring is None else
