@@ -17,6 +17,7 @@ import yaml
 
 from longrm_jax.cli_support import InputError
 from longrm_jax.data.tokenize import RESPONSE_ENDS
+from longrm_jax.models.config import REMAT_POLICIES, ModelConfig
 from longrm_jax.training.mesh_config import MESH_BY_HAND, MeshSection, mesh_problem, range_rules, spelled_out
 
 
@@ -239,7 +240,6 @@ class TrainConfig:
             raise ConfigError(
                 f"data.batch_rows ({self.data.batch_rows}) must be a multiple of 1 + data.num_rejects "
                 f"({group_rows}) with data.layout rows: each sequence of a preference group takes a row")
-        from longrm_jax.models.config import REMAT_POLICIES
 
         if self.model.remat not in (*REMAT_POLICIES, "auto"):
             raise ConfigError(f"model.remat must be one of {', '.join((*REMAT_POLICIES, 'auto'))}; "
@@ -383,8 +383,6 @@ def _check_model_overrides(overrides: dict) -> None:
     """model.overrides is a free-form mapping of ModelConfig fields: an unknown name (a typo such as num_layer)
     is refused naming the closest field, and a size below 1 naming its key, before anything runs."""
     import difflib
-
-    from longrm_jax.models.config import ModelConfig
 
     valid = [f.name for f in dataclasses.fields(ModelConfig)]
     for key, value in overrides.items():

@@ -18,8 +18,12 @@ import os
 import numpy as np
 
 from longrm_jax.cli_support import InputError
-from longrm_jax.data.packing import pack_batches
+from longrm_jax.data import synthetic
+from longrm_jax.data.blend import BlendSource, blend
+from longrm_jax.data.packing import pack_batches, unpack_row
+from longrm_jax.data.readers import read_records
 from longrm_jax.data.records import PreferenceRecord, Provenance, SFTRecord
+from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
 from longrm_jax.data.tokenize import ChatTokenizer, TruncationConfig, TruncationStats
 from longrm_jax.training.config import DataSection, TrainConfig
 
@@ -30,16 +34,12 @@ def load_tokenizer(data: DataSection) -> ChatTokenizer:
     """The run's chat tokenizer: ``data.tokenizer`` (the bundled tiny one when unset) with its template options."""
     path = data.tokenizer
     if path is None:
-        from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
-
         path = TINY_TOKENIZER_DIR
     return ChatTokenizer.from_dir(path, enable_thinking=data.enable_thinking, chat_template=data.chat_template,
                                   response_end=data.response_end)
 
 
 def _synthetic_rows(cfg: TrainConfig, n: int, seed: int) -> list[dict]:
-    from longrm_jax.data import synthetic
-
     opts = dict(cfg.data.synthetic)
     per_row = 1 if cfg.data.layout == "rows" else 1 + cfg.data.num_rejects  # sequences sharing seq_len
     lengths = opts.pop("lengths", None) or [cfg.data.seq_len // (2 * per_row)]
@@ -61,8 +61,6 @@ def _records(cfg: TrainConfig, rows: list[dict], source: str, sft: bool):
 def _file_records(cfg: TrainConfig, path: str, sft: bool, key: str = "data.source"):
     """Records of a dataset file or directory in any format the data package reads (upstream JSON-lines,
     HF ``save_to_disk``); the split is taken from ``data.split``-style suffix ``path:split`` if given."""
-    from longrm_jax.data.readers import read_records
-
     split = None
     if ":" in os.path.basename(path):
         path, split = path.rsplit(":", 1)
@@ -97,8 +95,6 @@ def packed_batches(cfg: TrainConfig, tokenizer: ChatTokenizer, records, *, sft: 
 def train_records(cfg: TrainConfig):
     sft = cfg.stage == "sft"
     if cfg.data.sources:
-        from longrm_jax.data.blend import BlendSource, blend
-
         sources = [BlendSource.parse(entry, f"data.sources[{i}]") for i, entry in enumerate(cfg.data.sources)]
         return blend(sources, lambda path: _file_records(cfg, path, sft, "data.sources"), seed=cfg.seed)
     if cfg.data.source == "synthetic":
@@ -110,7 +106,7 @@ def train_iterator(cfg: TrainConfig, tokenizer: ChatTokenizer, records=None, *, 
                    report: bool = True):
     """The grain training iterator (this process's rows of each global batch; ``num_epochs=None``: forever).
     ``report``: log the data summary line after the first pass."""
-    from longrm_jax.data.pipeline import make_train_iterator
+    from longrm_jax.data.pipeline import make_train_iterator  # grain and orbax: imported when a run reads data
 
     d = cfg.data
     records = train_records(cfg) if records is None else records
@@ -131,8 +127,6 @@ def degenerate_groups(batch: dict, group_size: int) -> tuple[int, int]:
     """(groups whose chosen sequence equals one of its rejected ones token for token, loss mask included;
     groups) in a packed host batch. Such a pair has the same reward on both sides and so no gradient: the sign
     of rows cut by truncation until only the shared prompt is left."""
-    from longrm_jax.data.packing import unpack_row
-
     bad = total = 0
     for row in range(batch["segment_ids"].shape[0]):
         segments = unpack_row(batch, row)

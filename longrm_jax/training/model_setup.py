@@ -12,7 +12,9 @@ import os
 import jax
 from flax import nnx
 
+from longrm_jax.hf.load import load_pretrained, read_hf_config
 from longrm_jax.models import ModelConfig, build_model
+from longrm_jax.models.config import from_hf_config
 from longrm_jax.training.config import ConfigError, TrainConfig
 from longrm_jax.training.params import ParamCodec, shardings
 from longrm_jax.training.state import param_sharding_rules
@@ -81,7 +83,7 @@ def trained_model(directory: str, step: int | None = None):
     float32 compute: what ``python -m longrm_jax.export`` writes with ``hf.save.save_pretrained``."""
     import jax.numpy as jnp
 
-    from longrm_jax.training.checkpoint import load_trained_weights
+    from longrm_jax.training.checkpoint import load_trained_weights  # orbax: imported for a training checkpoint only
 
     mcfg, params = load_trained_weights(directory, step)
     mcfg = mcfg.replace(dtype="float32", remat="none")
@@ -96,12 +98,9 @@ def model_config(cfg: TrainConfig, tokenizer=None) -> ModelConfig:
         return with_training_numerics(preset_config(cfg, tokenizer), cfg)
     _check_init_dir(init)
     if os.path.exists(os.path.join(init, "config.json")):
-        from longrm_jax.hf.load import read_hf_config
-        from longrm_jax.models.config import from_hf_config
-
         mcfg = with_training_numerics(from_hf_config(read_hf_config(init), head=cfg.head), cfg)
         return mcfg.replace(**cfg.model.overrides) if cfg.model.overrides else mcfg
-    from longrm_jax.training.checkpoint import trained_model_config
+    from longrm_jax.training.checkpoint import trained_model_config  # orbax: imported for a training checkpoint only
 
     return with_training_numerics(trained_model_config(init), cfg)
 
@@ -125,7 +124,7 @@ def load_model(cfg: TrainConfig, mesh, tokenizer=None) -> tuple[ModelConfig, Par
     _check_init_dir(init)
     if os.path.exists(os.path.join(init, "config.json")):
         return _load_hf(cfg, init, mesh)
-    from longrm_jax.training.checkpoint import load_trained_weights
+    from longrm_jax.training.checkpoint import load_trained_weights  # orbax: imported for a training checkpoint only
 
     mcfg, values = load_trained_weights(init)
     mcfg = with_training_numerics(mcfg, cfg)
@@ -136,8 +135,6 @@ def load_model(cfg: TrainConfig, mesh, tokenizer=None) -> tuple[ModelConfig, Par
 
 
 def _load_hf(cfg: TrainConfig, path: str, mesh) -> tuple[ModelConfig, ParamCodec, dict]:
-    from longrm_jax.hf.load import load_pretrained
-
     model = load_pretrained(path, dtype=cfg.model.compute_dtype, param_dtype=cfg.base_weights_dtype,
                             mesh=mesh, head=cfg.head)
     mcfg = with_training_numerics(model.config, cfg)

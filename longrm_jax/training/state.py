@@ -19,6 +19,7 @@ import optax
 from flax import struct
 from jax.sharding import PartitionSpec as P
 
+from longrm_jax.parallel.mesh import DEFAULT_RULES
 from longrm_jax.training import lora
 from longrm_jax.training.config import LoraSection, OptimSection, TrainConfig
 from longrm_jax.training.params import ParamCodec, cast, shardings
@@ -74,8 +75,6 @@ def split_trainable(lora_cfg: LoraSection, codec: ParamCodec, values: dict, key)
 def param_sharding_rules(param_axes) -> dict:
     """Logical -> mesh axis rules for parameters: the defaults with ``embed`` over ``param_axes``
     (``mesh.param_axes``)."""
-    from longrm_jax.parallel.mesh import DEFAULT_RULES
-
     axes = tuple(param_axes)
     return DEFAULT_RULES | {"embed": axes[0] if len(axes) == 1 else (axes or None)}
 

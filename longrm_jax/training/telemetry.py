@@ -25,6 +25,7 @@ import numpy as np
 
 from longrm_jax.models.config import decoder_matmul_params, output_head_params
 from longrm_jax.parallel.topology import CHIPS, chip_of
+from longrm_jax.training.lora import is_adapter
 
 # Dense bf16 peak per device (docs/flops.md), by a substring of the GPU's device kind; TPU chips by their exact
 # kind from parallel.topology.CHIPS; None: MFU is not reported.
@@ -47,8 +48,6 @@ class LoraFlops:
     @classmethod
     def of(cls, trainable: dict) -> "LoraFlops":
         """From a LoRA run's trainable parameters (flat dict of arrays or shapes)."""
-        from longrm_jax.training.lora import is_adapter
-
         adapters = sum(int(np.prod(v.shape)) for k, v in trainable.items() if is_adapter(k))
         head = any(k.split("/")[0] in ("score", "lm_head") for k in trainable if not is_adapter(k))
         return cls(adapters, head)
