@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from longrm_jax.cli_support import ExitStatus
+from longrm_jax.cli_support import ExitStatus, add_debug_flag, run_cli
 from longrm_jax.data.packing import bucket_for, make_buckets, own_row_length, plan_rows
 from longrm_jax.data.readers import FORMATS, RecordSource
 from longrm_jax.data.records import BenchRecord, DataError, LongFormRecord
@@ -49,14 +49,10 @@ def length_histogram(lengths: Sequence[int], width: int = 40) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from longrm_jax.cli_support import run_cli
-
     return run_cli(_inspect, argv)
 
 
 def _inspect(argv: Sequence[str]) -> int:
-    from longrm_jax.cli_support import add_debug_flag
-
     p = argparse.ArgumentParser(prog="python -m longrm_jax.data.inspect_data", description="Inspect a dataset as the trainer will see it: counts, length "
                                 "histogram, truncations, packing, one sample with its loss mask.")
     p.add_argument("--data", required=True, help="a .jsonl/.json/.parquet file or a save_to_disk directory")

@@ -33,7 +33,8 @@ import random
 import sys
 from collections.abc import Callable, Sequence
 
-from longrm_jax.data.judge_prompts import judge_messages, position_letter
+from longrm_jax.cli_support import InputError, add_debug_flag, run_cli
+from longrm_jax.data.judge_prompts import judge_messages, judge_system_prompt, position_letter
 from longrm_jax.data.records import BEST_OF_N, LONG_REWARDBENCH_TASKS, PAIRWISE
 from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
 
@@ -409,8 +410,6 @@ def corpus_for_tokenizer(num_rows: int = 300, seed: int = 12345) -> list[str]:
 def judge_corpus_for_tokenizer(num_rows: int = 200, seed: int = 12345) -> list[str]:
     """`corpus_for_tokenizer` plus the judge prompts and judgements (for training the tiny judge tokenizer, whose
     words, the long judge system prompt's included, are then mostly single tokens)."""
-    from longrm_jax.data.judge_prompts import judge_system_prompt
-
     texts = corpus_for_tokenizer()
     texts += [judge_system_prompt(2, "pair")] * 50 + [judge_system_prompt(n, "rank") for n in (3, 4)] * 25
     for item in judge_rows(num_rows, f"tokenizer:{seed}", (64,), count_tokens=approx_token_count):
@@ -422,14 +421,10 @@ def judge_corpus_for_tokenizer(num_rows: int = 200, seed: int = 12345) -> list[s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from longrm_jax.cli_support import run_cli
-
     return run_cli(_write, argv)
 
 
 def _write(argv: Sequence[str]) -> int:
-    from longrm_jax.cli_support import add_debug_flag
-
     p = argparse.ArgumentParser(prog="python -m longrm_jax.data.synthetic", description="Write synthetic needle-in-a-haystack preference data "
                                 "(training rows and Long-RewardBench task files).",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -472,8 +467,6 @@ def _write(argv: Sequence[str]) -> int:
     # A file at --out (or above it) made os.makedirs raise "[Errno 17] File exists" (exit 1, no flag named).
     blocker = next((path for path in _parents(args.out) if os.path.exists(path) and not os.path.isdir(path)), None)
     if blocker is not None:
-        from longrm_jax.cli_support import InputError
-
         raise InputError(f"--out {args.out}: " + ("is a file; a directory is needed (the files are written inside "
                                                   "it)" if blocker == os.path.normpath(args.out) else
                                                   f"{blocker} is a file, not a directory"))
