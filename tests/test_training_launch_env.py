@@ -69,3 +69,19 @@ def test_each_child_gets_its_place_and_its_gpus():
     assert env == {"PATH": "/bin", "JAX_COORDINATOR_ADDRESS": "127.0.0.1:1234", "JAX_NUM_PROCESSES": "4",
                    "JAX_PROCESS_ID": "2", "JAX_LOCAL_DEVICE_IDS": "4,5"}
     assert "JAX_LOCAL_DEVICE_IDS" not in child_env(0, 2, 1, 0, environ={})  # CPU: each child its own devices
+
+
+def test_multi_process_gpu_pool_leaves_room_for_nccl():
+    """4 processes of one H100 each at XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 failed in NCCL ('out of memory'):
+    a multi-process run caps the fraction at 0.90 before the backend starts; lower or unset is left alone."""
+    from longrm_jax.training.distributed import MULTI_PROCESS_GPU_MEM_FRACTION, leave_room_for_nccl
+
+    env = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95"}
+    assert leave_room_for_nccl(env) == MULTI_PROCESS_GPU_MEM_FRACTION == 0.90
+    assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.9"
+    for value in ("0.75", "0.9"):
+        env = {"XLA_PYTHON_CLIENT_MEM_FRACTION": value}
+        assert leave_room_for_nccl(env) is None and env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == value
+    assert leave_room_for_nccl({}) is None
+    with pytest.raises(InputError, match="XLA_PYTHON_CLIENT_MEM_FRACTION"):
+        leave_room_for_nccl({"XLA_PYTHON_CLIENT_MEM_FRACTION": "most"})

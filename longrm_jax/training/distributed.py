@@ -7,12 +7,21 @@ writes logs, metrics and progress (orbax coordinates checkpoint writes itself).
 
 from __future__ import annotations
 
+import logging
 import os
 
 import jax
 
 from longrm_jax.cli_support import InputError
 from longrm_jax.training.config import DistributedSection
+
+log = logging.getLogger(__name__)
+
+# The largest share of each GPU JAX's allocator may take in a multi-process run. NCCL allocates its buffers
+# for other processes' GPUs outside that pool: at the README's 0.95, the 4 GiB left of an 80 GiB H100 ran out
+# ("Cuda failure 2 'out of memory'" in the update's collectives) with 4 processes of one GPU each, where one
+# process driving the same 4 GPUs, or 4 processes on 141 GiB H200s, fitted (docs/benchmarks.md, Session 20).
+MULTI_PROCESS_GPU_MEM_FRACTION = 0.90
 
 # Environment variables that mean "this is one process of a multi-process job".
 _CLUSTER_ENV = ("JAX_COORDINATOR_ADDRESS", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE",
@@ -60,5 +69,24 @@ def maybe_initialize(cfg: DistributedSection) -> bool:
     explicit = cfg.coordinator_address is not None or cfg.num_processes is not None
     if cfg.mode == "off" or (cfg.mode == "auto" and not explicit and not cluster_detected()):
         return False
+    leave_room_for_nccl()
     jax.distributed.initialize(**launch_settings(cfg))
     return True
+
+
+def leave_room_for_nccl(environ=None) -> float | None:
+    """Cap ``XLA_PYTHON_CLIENT_MEM_FRACTION`` at ``MULTI_PROCESS_GPU_MEM_FRACTION`` in this process's environment
+    (read when the GPU backend starts, which is after this); returns the fraction set, None if left alone."""
+    environ = os.environ if environ is None else environ
+    value = environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "").strip()
+    try:
+        fraction = float(value) if value else None
+    except ValueError:
+        raise InputError(f"environment variable XLA_PYTHON_CLIENT_MEM_FRACTION={value!r} is not a number") from None
+    if fraction is None or fraction <= MULTI_PROCESS_GPU_MEM_FRACTION:
+        return None
+    environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{MULTI_PROCESS_GPU_MEM_FRACTION:g}"
+    log.warning("multi-process run: XLA_PYTHON_CLIENT_MEM_FRACTION %g -> %g, leaving each GPU room for NCCL's "
+                "buffers outside JAX's pool (at 0.95 an 80 GiB GPU ran out of memory in NCCL)", fraction,
+                MULTI_PROCESS_GPU_MEM_FRACTION)
+    return MULTI_PROCESS_GPU_MEM_FRACTION

@@ -9,6 +9,9 @@
 #           (never measured on the ring), remat save_attention_out (auto's pick, without its candidate compiles).
 #   peer16  callT's part 1 at 2 x 16K per GPU: ours mesh.fsdp=4 against PyTorch FSDP2 on the 4 GPUs (2 x 16K: the
 #           peer's fp32 all-vocabulary logits do not fit at 2 x 32K).
+# MP_LAYERS, MP_STEPS, MP_EVERY, MP_KILL (default 4, 8, 3, 4) and EXPORT=0 (skip the export) shorten mp. The
+# trainer caps XLA_PYTHON_CLIENT_MEM_FRACTION at 0.90 in multi-process runs (common.sh exports 0.95, which left
+# NCCL too little of an 80 GiB H100 in session 20's first run of this call).
 # Run: bash scripts/device/callV_node_x4.sh    (PARTS="mp ring4 peer16" BUDGET_S=570 to override)
 source scripts/device/common.sh
 OUTF=$OUT; W=/tmp/wv; mkdir -p $W; START=$(date +%s); BUDGET_S=${BUDGET_S:-585}; PARTS=${PARTS:-"mp ring4 peer16"}
@@ -18,13 +21,13 @@ pack() { cp $W/summary.txt $OUTF/ 2>/dev/null; tar czf $OUTF/callV.tgz -C $W . ;
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee $W/gpus.txt
 
 mp() {
-  local SETS=(--set model.init=null --set model.preset=qwen3_8b --set model.overrides.num_layers=4
+  local SETS=(--set model.init=null --set model.preset=qwen3_8b --set model.overrides.num_layers=${MP_LAYERS:-4}
     --set model.param_dtype=float32 --set model.compute_dtype=float32 --set data.source=synthetic
     --set data.eval_source=null --set data.tokenizer=null --set data.layout=rows --set data.seq_len=2048
     --set data.batch_rows=8 --set grad_accum=1 --set data.num_buckets=1 --set data.num_train=128
-    --set "data.synthetic={lengths: [1900]}" --set steps=8 --set log_every=1 --set eval_before=false
+    --set "data.synthetic={lengths: [1900]}" --set steps=${MP_STEPS:-8} --set log_every=1 --set eval_before=false
     --set eval_after=false --set tensorboard=false --set progress=false --set mesh.data=2 --set mesh.fsdp=2
-    --set mesh.seq=1 --set checkpoint.every=3 --set checkpoint.async_save=false --set model.remat=full
+    --set mesh.seq=1 --set checkpoint.every=${MP_EVERY:-3} --set checkpoint.async_save=false --set model.remat=full
     --set optim.warmup_ratio=0 --set optim.lr=1e-4)
   local CFG=configs/qwen3_8b_grm_simpo.yaml
   echo "python3 -m longrm_jax.train --config $CFG ${SETS[*]}" > $W/mp_command.txt
@@ -33,9 +36,9 @@ mp() {
       > $W/mp1.log 2>&1; echo "mp1 rc=$?" | tee -a $W/summary.txt
     python3 -m longrm_jax.launch -n 4 train --config $CFG "${SETS[@]}" --set output_dir=/tmp/runs/mp4 > $W/mp4.log 2>&1 &
     local launcher=$!
-    for i in $(seq 1 600); do grep -q "step 4/8" $W/mp4.log && break; kill -0 $launcher 2>/dev/null || break; sleep 0.2; done
+    for i in $(seq 1 600); do grep -q "step ${MP_KILL:-4}/${MP_STEPS:-8}" $W/mp4.log && break; kill -0 $launcher 2>/dev/null || break; sleep 0.2; done
     pkill -KILL -f "longrm_jax.train"; kill -KILL $launcher 2>/dev/null; wait $launcher 2>/dev/null
-    echo "mp4 SIGKILLed after: $(grep -o 'step [0-9]/8' $W/mp4.log | tail -1); checkpoints: $(ls /tmp/runs/mp4/checkpoints)" | tee -a $W/summary.txt
+    echo "mp4 SIGKILLed after: $(grep -o 'step [0-9]/[0-9]' $W/mp4.log | tail -1); checkpoints: $(ls /tmp/runs/mp4/checkpoints)" | tee -a $W/summary.txt
     cp /tmp/runs/mp4/metrics.jsonl $W/mp4_killed.metrics.jsonl
     timeout -s KILL 120 python3 -m longrm_jax.launch -n 4 train --config $CFG "${SETS[@]}" --set output_dir=/tmp/runs/mp4 \
       --resume > $W/mp4r.log 2>&1; echo "mp4r rc=$?" | tee -a $W/summary.txt
@@ -43,7 +46,7 @@ mp() {
   cp /tmp/runs/mp1/metrics.jsonl $W/mp1.metrics.jsonl; cp /tmp/runs/mp4/metrics.jsonl $W/mp4r.metrics.jsonl
   python3 scripts/device/compare_losses.py $W/mp1.metrics.jsonl $W/mp4_killed.metrics.jsonl | tee -a $W/summary.txt
   python3 scripts/device/compare_losses.py $W/mp1.metrics.jsonl $W/mp4r.metrics.jsonl | tee -a $W/summary.txt
-  timeout -s KILL 90 python3 -m longrm_jax.export --checkpoint /tmp/runs/mp4/checkpoints --out /tmp/runs/mp4_hf \
+  [ "${EXPORT:-1}" = 1 ] && timeout -s KILL 90 python3 -m longrm_jax.export --checkpoint /tmp/runs/mp4/checkpoints --out /tmp/runs/mp4_hf \
     > $W/export.log 2>&1; echo "export rc=$? $(ls /tmp/runs/mp4_hf | tr '\n' ' ')" | tee -a $W/summary.txt
 }
 
