@@ -3,7 +3,9 @@
     python scripts/profile_summary.py runs/x/profile [--top 30] [--json out.json]
 
 For each GPU in the trace: the span of its XLA modules (wall time on the device), how long its streams were
-busy, host<->device copy time and bytes, and the ops (the "XLA Ops" line: HLO fusions, custom calls such as the
+busy, host<->device copy time and bytes, the overlap of compute and communication (kernels of every stream:
+compute busy, collectives busy, and the collective time during which no compute kernel ran, i.e. exposed
+communication or waiting for a slower peer), and the ops (the "XLA Ops" line: HLO fusions, custom calls such as the
 attention kernels, copies) that took the most time, each with its share of the span. Plain CPU traces have no
 device planes; the script then says so.
 """
@@ -41,6 +43,26 @@ def _busy_ns(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
+def _intersection_ns(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    """Length of (union of a) intersected with (union of b)."""
+    return _busy_ns(a) + _busy_ns(b) - _busy_ns(a + b)
+
+
+def _is_collective(name: str) -> bool:
+    return "nccl" in name.lower()
+
+
+def overlap(kernels: list[tuple[str, int, int]]) -> dict:
+    """Seconds of compute busy, collectives busy, and collective time with no compute kernel running
+    (``exposed_collective_s``), from (name, start_ns, end_ns) kernel events of every stream; copies count as
+    neither."""
+    comp = [(s, e) for n, s, e in kernels if not _is_collective(n) and _copy_kind(n) is None]
+    coll = [(s, e) for n, s, e in kernels if _is_collective(n)]
+    both = _intersection_ns(comp, coll)
+    return {"compute_busy_s": _busy_ns(comp) / 1e9, "collective_busy_s": _busy_ns(coll) / 1e9,
+            "exposed_collective_s": (_busy_ns(coll) - both) / 1e9}
+
+
 def _op_family(name: str) -> str:
     """A coarse bucket for an HLO op name (fusion.123 -> fusion, custom-call names kept)."""
     return re.sub(r"[._]\d+$", "", name)
@@ -63,6 +85,7 @@ def summarize_plane(plane) -> dict:
     lines, copies = [], {k: [0.0, 0] for k in _COPY_KINDS}
     module_span = [None, None]
     stream_intervals: list[tuple[int, int]] = []
+    kernels: list[tuple[str, int, int]] = []
     for line in plane.lines:
         events = list(line.events)
         names: dict[str, float] = defaultdict(float)
@@ -81,6 +104,7 @@ def summarize_plane(plane) -> dict:
             module_span = [min(s for s, _ in intervals), max(t for _, t in intervals)]
         if not line.name.startswith("XLA"):
             stream_intervals += intervals
+            kernels += [(e.name, int(e.start_ns), int(e.end_ns)) for e in events]
         lines.append({"line": line.name, "events": len(events), "busy_s": _busy_ns(intervals) / 1e9,
                       "ops": sorted(({"op": k, "s": v / 1e9, "calls": counts[k]} for k, v in names.items()),
                                     key=lambda r: -r["s"])})
@@ -97,7 +121,7 @@ def summarize_plane(plane) -> dict:
     else:
         ops = op_line["ops"]
     return {"device": plane.name, "span_s": span / 1e9 if span else None,
-            "stream_busy_s": _busy_ns(stream_intervals) / 1e9,
+            "stream_busy_s": _busy_ns(stream_intervals) / 1e9, "overlap": overlap(kernels),
             "copies": {k: {"s": v[0] / 1e9, "gb": v[1] / 1e9} for k, v in copies.items()},
             "lines": [{k: v for k, v in ln.items() if k != "ops"} | {"top": ln["ops"][:5]} for ln in lines],
             "ops": ops}
@@ -122,6 +146,9 @@ def main(argv=None) -> int:
             out.append(s)
             span = s["span_s"] or s["stream_busy_s"]
             print(f"\n{path}\n{s['device']}: modules span {span:.3f} s, streams busy {s['stream_busy_s']:.3f} s")
+            o = s["overlap"]
+            print(f"  compute kernels busy {o['compute_busy_s']:.3f} s, collectives busy {o['collective_busy_s']:.3f} s, "
+                  f"collectives with no compute running (exposed or waiting for a peer) {o['exposed_collective_s']:.3f} s")
             for ln in s["lines"]:
                 top = ", ".join(f"{r['op'][:40]} {r['s']:.3f}" for r in ln["top"][:3])
                 print(f"  line {ln['line']!r}: {ln['events']} events, busy {ln['busy_s']:.3f} s; top: {top}")
