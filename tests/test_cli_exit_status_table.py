@@ -53,6 +53,7 @@ TABLE = [
     ("train", [OUT, "--set", "data.batch_rows=0"], 2, "data.batch_rows"),
     ("train", [OUT, "--set", "optim.lr=-1"], 2, "optim.lr"),
     ("train", [OUT, "--set", "grad_accum=0"], 2, "grad_accum"),
+    ("train", [OUT, "--set", "checkpoint.on_corrupt=skip"], 2, "checkpoint.on_corrupt"),
     ("train", [OUT, "--set", "data.seq_len=100000000", "--set", "steps=5"], 4, "do not fit"),
     ("train", [OUT, "--set", "memory_budget_gib=0.001", "--set", "steps=1"], 4, "does not fit"),
     ("train", ["--no-such-flag"], 2, "no-such-flag"),

@@ -1,6 +1,7 @@
 """--resume with a corrupt newest checkpoint (issue 42 item 4): the bad step is named in one warning, kept aside
 (never deleted) and the newest intact step is restored; with none intact, one line naming the directory and the
-file, exit 2; corrupt metadata is reported as corruption, not as other settings (training.checkpoint_check)."""
+file, exit 2; corrupt metadata is reported as corruption, not as other settings (training.checkpoint_check);
+checkpoint.on_corrupt=error refuses (exit 2) instead of falling back."""
 
 import dataclasses
 import logging
@@ -107,3 +108,33 @@ def test_a_state_that_does_not_fit_is_still_a_settings_mismatch(tmp_path):
         restore_newest_intact(point, lambda: Checkpointer(directory, keep=5, async_save=False),
                               _State({"w": jnp.zeros((8, 8)), "extra": jnp.zeros(3)}))
     assert sorted(os.listdir(directory)) == ["2"]
+
+
+@pytest.mark.parametrize("how", ["truncated array file", "data/metadata"])
+def test_on_corrupt_error_refuses_naming_the_bad_step_and_moves_nothing(tmp_path, how):
+    """checkpoint.on_corrupt=error: the fallback above becomes a refusal (exit 2, as for no intact step), whether
+    the step's metadata (checked first) or one of its arrays (read by the restore) is bad."""
+    directory = _run_dir(tmp_path)
+    _corrupt(directory, 4, how)
+    before = sorted(os.listdir(directory))
+    with pytest.raises(CorruptCheckpointError) as err:
+        point = find_resume_point(directory, completed_steps(directory), on_corrupt="error")
+        restore_newest_intact(point, lambda: Checkpointer(directory, keep=5, async_save=False),
+                              _State({"w": jnp.zeros((64, 64))}))
+    msg = str(err.value)
+    assert err.value.exit_code == 2 and "\n" not in msg and len(msg) < 800, msg
+    assert msg.startswith(f"cannot resume: corrupt checkpoint in {directory} (step 4: {os.path.join(directory, '4')}")
+    assert "Older steps there: 2;" in msg and "checkpoint.on_corrupt=fallback" in msg
+    assert "TensorStore" not in msg
+    assert sorted(os.listdir(directory)) == before == ["2", "4"]
+
+
+def test_on_corrupt_error_still_resumes_when_only_an_older_step_is_bad(tmp_path):
+    # Nothing is lost by resuming from the newest step, so there is nothing to refuse.
+    directory = _run_dir(tmp_path)
+    _corrupt(directory, 2, "data/metadata")
+    point = find_resume_point(directory, completed_steps(directory), on_corrupt="error")
+    ckpt, state, data, step = restore_newest_intact(
+        point, lambda: Checkpointer(directory, keep=5, async_save=False), _State({"w": jnp.zeros((64, 64))}))
+    ckpt.close()
+    assert step == 4 and np.array_equal(state.params["w"], _weights(4))

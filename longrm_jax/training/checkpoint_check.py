@@ -12,7 +12,9 @@ Two checks, newest step first: before any setting is read, every metadata file o
 fails either way is renamed to ``corrupt-step-<step>-<time>`` in the same directory (orbax and the step listings
 skip names that are not numbers): left in place, the resumed run's own save of that step number would fail
 ("Checkpoint for step N already exists"). When no step is intact, :class:`CorruptCheckpointError` names the
-directory and each step's file (exit 2), and nothing is moved.
+directory and each step's file (exit 2), and nothing is moved. With ``checkpoint.on_corrupt: error`` the first
+corrupt step met stops the resume the same way (exit 2, nothing moved), naming it and the older steps, for a user
+who would rather repair or copy that step than resume from an older one and lose the steps in between.
 
 Several processes check the same files and so agree on metadata; a read error that only some processes meet
 while restoring their shards is not reconciled (they would stop at orbax's next barrier).
@@ -95,16 +97,18 @@ class ResumePoint:
     directory: str
     candidates: list[int]
     bad: list[tuple[int, str]] = field(default_factory=list)
+    on_corrupt: str = "fallback"  # checkpoint.on_corrupt: "error" refuses at the first corrupt step
 
     @property
     def step(self) -> int:
         return self.candidates[0]
 
 
-def find_resume_point(directory: str, steps: list[int]) -> ResumePoint:
+def find_resume_point(directory: str, steps: list[int], on_corrupt: str = "fallback") -> ResumePoint:
     """The steps (``steps``: the complete ones) whose metadata reads, newest first; a warning for each corrupt
-    newer one. Raises :class:`CorruptCheckpointError` when none does."""
-    point = ResumePoint(directory, [])
+    newer one. Raises :class:`CorruptCheckpointError` when none does, or when one does not and ``on_corrupt`` is
+    "error"."""
+    point = ResumePoint(directory, [], on_corrupt=on_corrupt)
     for step in sorted(steps, reverse=True):
         problem = metadata_problem(directory, step)
         if problem is None:
@@ -113,6 +117,8 @@ def find_resume_point(directory: str, steps: list[int]) -> ResumePoint:
             point.bad.append((step, problem))
     if not point.candidates:
         raise CorruptCheckpointError(_none_intact(point))
+    if on_corrupt == "error" and any(s > point.step for s, _ in point.bad):  # an older bad step loses nothing
+        raise CorruptCheckpointError(_refused(point))
     if point.bad:
         _warn(point, point.step, "its settings and state are read from it")
     return point
@@ -140,9 +146,9 @@ def restore_newest_intact(point: ResumePoint, open_checkpointer: Callable, state
                     f"({first[:200]}); resume with the checkpoint's settings or start a new run") from e
             point.candidates.remove(step)
             point.bad.append((step, problem))
-            if not point.candidates:
+            if not point.candidates or point.on_corrupt == "error":
                 ckpt.close()
-                raise CorruptCheckpointError(_none_intact(point)) from None
+                raise CorruptCheckpointError(_refused(point) if point.candidates else _none_intact(point)) from None
             _warn(point, point.step, "trying it")
     if point.bad:
         ckpt.close()
@@ -162,6 +168,17 @@ def _none_intact(point: ResumePoint) -> str:
     return (f"cannot resume: no intact checkpoint in {point.directory} ({bad}); nothing was changed there. Start a "
             "new run without --resume (checkpoint.overwrite=true moves these steps aside), or point checkpoint.dir "
             "at another copy")
+
+
+def _refused(point: ResumePoint) -> str:
+    """checkpoint.on_corrupt=error: the corrupt steps met (with their bad file) and the older ones left, which
+    have not been read in full."""
+    bad = "; ".join(f"step {s}: {os.path.join(point.directory, str(s), what)}" for s, what in point.bad)
+    older = ", ".join(str(s) for s in point.candidates)
+    return (f"cannot resume: corrupt checkpoint in {point.directory} ({bad}); nothing was changed there "
+            f"(checkpoint.on_corrupt=error). Older steps there: {older}; repair or replace the bad step, or set "
+            f"checkpoint.on_corrupt=fallback to resume from the newest of them that reads (the bad step is kept "
+            f"aside)")
 
 
 def _set_aside(point: ResumePoint) -> None:

@@ -20,6 +20,9 @@ from longrm_jax.data.tokenize import RESPONSE_ENDS
 from longrm_jax.models.config import REMAT_POLICIES, ModelConfig
 from longrm_jax.training.mesh_config import MESH_BY_HAND, MeshSection, mesh_problem, range_rules, spelled_out
 
+# checkpoint.on_corrupt: what --resume does when its newest step cannot be read (training.checkpoint_check).
+ON_CORRUPT = ("fallback", "error")
+
 
 class ConfigError(InputError):
     """A configuration file or override that does not fit the schema."""
@@ -168,6 +171,10 @@ class CheckpointSection:
     # "error" stops naming the sizes; "delete_oldest" deletes kept steps, oldest first, until it fits (for disks
     # that hold one checkpoint, e.g. an 8B full-parameter state of 49 GB on a 64 GB disk).
     on_low_disk: str = "error"
+    # A --resume whose newest step cannot be read: "fallback" names it, sets it aside and resumes from the newest
+    # intact step (training.checkpoint_check); "error" stops (exit 2) naming it and moves nothing, for a user who
+    # would rather repair or copy the step than lose the steps since the older one.
+    on_corrupt: str = "fallback"
     # Host memory a save may use, in GB (None: orbax's defaults, which copy the whole state to host memory at once
     # and let up to 96 GB be in flight to the disk). Set it when the state is a large share of the host's RAM.
     save_host_gb: int | None = None
@@ -265,6 +272,8 @@ class TrainConfig:
         if self.checkpoint.on_low_disk not in ("error", "delete_oldest"):
             raise ConfigError(f"checkpoint.on_low_disk must be error or delete_oldest; got "
                               f"{self.checkpoint.on_low_disk!r}")
+        if self.checkpoint.on_corrupt not in ON_CORRUPT:
+            raise ConfigError(f"checkpoint.on_corrupt must be fallback or error; got {self.checkpoint.on_corrupt!r}")
         if self.distributed.mode not in ("auto", "on", "off"):
             raise ConfigError(f"distributed.mode must be auto, on or off; got {self.distributed.mode!r}")
         if self.stage != "sft" and self.data.num_rejects < 1:

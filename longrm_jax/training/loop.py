@@ -185,7 +185,7 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
     point = None
     if inputs.resumable:  # before any weight is read or anything written: one line naming what differs, read
         # from the newest step whose files are intact (training.checkpoint_check: a corrupt one is named, skipped)
-        point = find_resume_point(inputs.ckpt_dir, completed_steps(inputs.ckpt_dir))
+        point = find_resume_point(inputs.ckpt_dir, completed_steps(inputs.ckpt_dir), cfg.checkpoint.on_corrupt)
         saved, saved_step = saved_run_config(inputs.ckpt_dir, point.step)
         check_resume_compatible(saved, cfg.to_dict(), inputs.ckpt_dir, saved_step)
 
