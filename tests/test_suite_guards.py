@@ -11,16 +11,17 @@ import pytest
 import skip_policy
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-ALLOWED = sorted(skip_policy.load_allowed_skips())
+ALLOWED = skip_policy.load_allowed_skips()
 
 
-def _pytest(tmp_path, source: str, *args: str) -> subprocess.CompletedProcess:
+def _pytest(tmp_path, source: str, *args: str, nodeid: str = "") -> subprocess.CompletedProcess:
     """A child pytest on one throwaway test file, with this suite's skip policy loaded and nothing else of it
     (its rootdir is tmp_path: no pyproject options, no conftest)."""
     (tmp_path / "test_case.py").write_text(textwrap.dedent(source))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])),
                PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
-    cmd = [sys.executable, "-m", "pytest", "-p", "skip_policy", "-p", "no:cacheprovider", "-rs", *args, "test_case.py"]
+    cmd = [sys.executable, "-m", "pytest", "-p", "skip_policy", "-p", "no:cacheprovider", "-rs", *args,
+           "test_case.py" + nodeid]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -28,8 +29,8 @@ def test_allow_list_is_short_and_says_why():
     assert 0 < len(ALLOWED) <= 5
     with open(skip_policy.ALLOWED_SKIPS_FILE, encoding="utf-8") as f:
         lines = f.read().splitlines()
-    for reason in ALLOWED:  # a comment right above each reason
-        assert lines[lines.index(reason) - 1].startswith("#"), reason
+    for reason, count in ALLOWED.items():  # a comment right above each reason
+        assert lines[lines.index(f"[{count}] {reason}") - 1].startswith("#"), reason
 
 
 UNLISTED = """
@@ -51,15 +52,62 @@ def test_an_unlisted_skip_fails_a_strict_run_and_is_named(tmp_path):
     assert _pytest(tmp_path, UNLISTED).returncode == 0  # without --strict-skips a skip is only reported (-rs)
 
 
-def test_an_allowed_skip_passes_a_strict_run(tmp_path):
-    proc = _pytest(tmp_path, f"""
+MARKED = """
+    import pytest
+
+    data_missing = pytest.mark.skipif({missing}, reason="data missing")
+
+    @data_missing
+    def test_a():
+        pass
+
+    @data_missing
+    @pytest.mark.parametrize("i", [1, 2])
+    def test_b(i):
+        pass
+
+    def test_c():
+        pass
+"""
+
+
+@pytest.mark.parametrize("missing, xdist", [(True, ()), (False, ("-p", "xdist.plugin", "-n", "2"))],
+                         ids=["skipping-serial", "not-skipping-xdist"])
+def test_each_allowed_reason_counts_the_tests_that_carry_it(tmp_path, missing, xdist):
+    """3 tests carry the reason whether or not its condition holds: [3] passes, with or without the data (the
+    xdist controller gets the workers' counts); [2] and [4] fail naming both counts (the list once said 6 where
+    13 tests carried one)."""
+    source = MARKED.format(missing=missing)
+    for count, code in ((3, 0), (4, 1)) + (() if xdist else ((2, 1),)):  # xdist's children take 2 s each
+        (tmp_path / "allowed.txt").write_text(f"# why\n[{count}] data missing\n")
+        proc = _pytest(tmp_path, source, "--strict-skips", "--allowed-skips", "allowed.txt", *xdist)
+        assert proc.returncode == code, (count, proc.stdout + proc.stderr)
+        assert ("'data missing': 3 tests carry it, tests/allowed_skips.txt says" in proc.stdout) == bool(code)
+        assert ("3 skipped" in proc.stdout) == missing, proc.stdout
+    if xdist:
+        return
+    # A part of the suite (one test named) may carry fewer than listed, never more.
+    proc = _pytest(tmp_path, source, "--strict-skips", "--allowed-skips", "allowed.txt", *xdist, nodeid="::test_a")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_runtime_skip_with_an_allowed_reason_fails_as_uncounted(tmp_path):
+    (tmp_path / "allowed.txt").write_text("[0] data missing\n")
+    proc = _pytest(tmp_path, """
         import pytest
 
         def test_skipped():
-            pytest.skip({ALLOWED[0]!r})
-    """, "--strict-skips")
-    assert proc.returncode == 0, proc.stdout
+            pytest.skip("data missing")
+    """, "--strict-skips", "--allowed-skips", "allowed.txt")
+    assert proc.returncode == 1, proc.stdout
+    assert "test_case.py::test_skipped: skips with 'data missing' but carries no skip mark" in proc.stdout
     assert "unexpected" not in proc.stdout
+
+
+def test_a_list_line_without_its_count_is_refused(tmp_path):
+    (tmp_path / "allowed.txt").write_text("data missing\n")
+    proc = _pytest(tmp_path, "def test_a():\n    pass\n", "--strict-skips", "--allowed-skips", "allowed.txt")
+    assert proc.returncode == 4 and "allowed.txt:1: expected '[N] reason'" in proc.stderr, proc.stderr
 
 
 def test_a_module_skipped_at_import_fails_a_strict_xdist_run(tmp_path):

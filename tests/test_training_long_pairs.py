@@ -12,6 +12,7 @@ from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.train import DEFAULT_CONFIG
 from longrm_jax.training import batches as batch_lib
 from longrm_jax.training.config import load_config
+from conftest import needs_upstream_rows
 from helpers.batches import train_batches
 from longrm_jax.training.data_source import load_tokenizer, slots, train_records
 from longrm_jax.training.model_setup import init_random, preset_config, with_training_numerics
@@ -92,6 +93,7 @@ def test_every_long_pair_trains_a_nonzero_gradient(model):
 
 
 @pytest.mark.slow  # tokenizing 20 real rows (up to 107K tokens) and 20 gradients of 2 x 2,048-token pairs
+@needs_upstream_rows
 def test_real_upstream_pairs_in_2048_token_rows_all_have_nonzero_gradients(request):
     """The 20 real SimPO rows (prompts of 14K to 70K Qwen tokens) in rows of 2,048: each pair's own gradient is
     non-zero. Token ids are renumbered into a small vocabulary (order kept) so a tiny model can run them."""
@@ -106,8 +108,6 @@ def test_real_upstream_pairs_in_2048_token_rows_all_have_nonzero_gradients(reque
     from conftest import EXECUTION_HEAVY_COMPILER_OPTIONS, UPSTREAM_DATA
 
     simpo = os.path.join(UPSTREAM_DATA, "SimPO_Data_Sampled20")
-    if not os.path.isdir(simpo):
-        pytest.skip("upstream sample rows not present")  # tests/allowed_skips.txt
     out = qwen3_like_tokenizer.cached(str(request.config.cache.mkdir("qwen3_like_tokenizer_v2")))
     tok = ChatTokenizer.from_dir(out, enable_thinking=None)
     records = [r for s in ("train", "eval", "test") for r in read_records(simpo, "preference", split=s)]

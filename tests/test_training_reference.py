@@ -32,7 +32,7 @@ transformers = pytest.importorskip("transformers")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from conftest import UPSTREAM_DATA  # noqa: E402
+from conftest import UPSTREAM_DATA, needs_upstream_rows  # noqa: E402
 from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
 from longrm_jax.data import synthetic  # noqa: E402
 from longrm_jax.data.packing import PackedRow, rows_to_batch  # noqa: E402
@@ -55,9 +55,6 @@ BETA, GAMMA = 2.5, 0.5  # upstream's SimPO script values
 TOL = 1e-5
 REAL_SEQ_LEN = 160  # the real sequences are cut to it (prompt_middle); the synthetic ones (78 tokens) are not
 SYNTHETIC_PACKED_ROW = 160  # x (1 + rejected): two synthetic groups share a packed row
-
-real_rows = pytest.mark.skipif(not os.path.isdir(SIMPO_DIR) or not os.path.isdir(SFT_DIR),
-                               reason="upstream sample rows not present")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -258,7 +255,7 @@ def test_synthetic_rows_match_the_independent_stack(case, checkpoints, tmp_path)
 
 
 @pytest.mark.slow
-@real_rows
+@needs_upstream_rows
 @pytest.mark.parametrize("case", REAL_CASES, ids=_case_id)
 def test_real_upstream_rows_match_the_independent_stack(case, checkpoints):
     """The 4 SFT rows (eval, test) or 4 SimPO rows (eval, test), each sequence cut to 160 tokens."""

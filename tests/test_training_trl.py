@@ -33,6 +33,7 @@ import trl
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from trl.experimental.cpo import CPOConfig, CPOTrainer  # noqa: E402  (CPO lives in trl.experimental since 1.0)
 
+from conftest import needs_upstream_rows  # noqa: E402
 from longrm_jax.data.readers import read_records  # noqa: E402
 from test_training_reference import (  # noqa: E402, F401 (checkpoints: the module fixture)
     REAL_SEQ_LEN, SFT_DIR, SIMPO_DIR, SYNTHETIC_PACKED_ROW, _assert_equal, _config, _hf_tokenizer, _read_upstream,
@@ -145,8 +146,6 @@ CASES = [
 def _rows_and_records(source, stage, tmp_path):
     kind = "sft" if stage == "sft" else "preference"
     if source == "real":
-        if not os.path.isdir(SIMPO_DIR) or not os.path.isdir(SFT_DIR):
-            pytest.skip("upstream sample rows not present")
         directory = SFT_DIR if stage == "sft" else SIMPO_DIR
         rows = _read_upstream(directory, ("eval", "test"))
         records = [r for split in ("eval", "test") for r in read_records(directory, kind, split=split)]
@@ -160,7 +159,8 @@ def _rows_and_records(source, stage, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c[0], marks=needs_upstream_rows if c[-1] == "real" else ())
+                                  for c in CASES])
 def test_ours_equals_trls_trainer(case, checkpoints, tmp_path):
     _, stage, layout, overrides, trl_settings, source = case
     path, _ = checkpoints["classifier" if stage == "bt" else "causal_lm"]
