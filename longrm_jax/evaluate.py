@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model-path", required=True,
                         help="local Hugging Face checkpoint directory (config.json, safetensors, tokenizer); with "
                              "--compile-only also a directory with only config.json, or a preset name "
-                             "(qwen3_8b, llama31_8b)")
+                             "(qwen3_8b, llama31_8b, mistral_7b, mistral_nemo_12b, qwen25_7b, gemma3_1b, "
+                             "gemma3_12b)")
     parser.add_argument("--data-path", default=None,
                         help="directory holding {Task}.jsonl files (or one .jsonl file): the benchmark data "
                              "(required unless --compile-only)")

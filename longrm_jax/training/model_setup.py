@@ -15,9 +15,26 @@ from flax import nnx
 from longrm_jax.hf.load import load_pretrained, read_hf_config
 from longrm_jax.models import ModelConfig, build_model
 from longrm_jax.models.config import from_hf_config
+from longrm_jax.models.gemma3_config import gemma3_fields
 from longrm_jax.training.config import ConfigError, TrainConfig
 from longrm_jax.training.params import ParamCodec, shardings
 from longrm_jax.training.state import param_sharding_rules
+
+
+
+def _gemma3(*, num_layers: int, sliding_window: int, query_pre_attn_scalar: int, rope_scaling=None, **shape) -> dict:
+    """A Gemma 3 preset: ``shape`` (hidden_size, heads ...) plus the fields models.config reads from such a
+    text config (models.gemma3_config.gemma3_fields, Gemma3TextConfig's defaults for the keys not given): every
+    6th layer global, the others sliding; q/k norms, (1 + w) norms, GeGLU, scaled embeddings, local RoPE 10K."""
+    text = dict(model_type="gemma3_text", num_hidden_layers=num_layers, sliding_window=sliding_window,
+                query_pre_attn_scalar=query_pre_attn_scalar, rope_scaling=rope_scaling)
+    fields = gemma3_fields(text)[1]
+    fields.pop("global_rope")
+    if rope_scaling:
+        fields.update(rope_type=rope_scaling["rope_type"], rope_scaling={"factor": rope_scaling["factor"]})
+    return dict(family="gemma3", num_layers=num_layers, rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=True,
+                **fields, **shape)
+
 
 # Architectures for random init. vocab_size / token ids of the tiny ones come from the run's tokenizer.
 PRESETS: dict[str, dict] = {
@@ -27,6 +44,17 @@ PRESETS: dict[str, dict] = {
     "tiny_llama": dict(family="llama", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                        num_kv_heads=2, head_dim=16, rms_norm_eps=1e-5, rope_theta=5e5,
                        max_position_embeddings=32768),
+    # Tiny ones of the issue-43 families, each with what sets it apart: Qwen2's q/k/v biases, Mistral's head_dim
+    # apart from hidden / heads (as Nemo's), Gemma 3's 7 layers (6 sliding, the 6th global) with a 64-token window.
+    "tiny_qwen2": dict(family="qwen2", qkv_bias=True, hidden_size=64, intermediate_size=128, num_layers=2,
+                       num_heads=4, num_kv_heads=2, head_dim=16, rms_norm_eps=1e-6, rope_theta=1e6,
+                       max_position_embeddings=32768, tie_word_embeddings=True),
+    "tiny_mistral": dict(family="mistral", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                         num_kv_heads=2, head_dim=32, rms_norm_eps=1e-5, rope_theta=1e6,
+                         max_position_embeddings=32768),
+    "tiny_gemma3": _gemma3(num_layers=7, sliding_window=64, query_pre_attn_scalar=16, hidden_size=64,
+                           intermediate_size=128, num_heads=4, num_kv_heads=2, head_dim=16,
+                           max_position_embeddings=32768),
     # The 8B shapes of docs/upstream.md "Architectures" (random weights: benchmarks).
     "qwen3_8b": dict(family="qwen3", qk_norm=True, vocab_size=151936, hidden_size=4096, intermediate_size=12288,
                      num_layers=36, num_heads=32, num_kv_heads=8, head_dim=128, rms_norm_eps=1e-6,
@@ -39,6 +67,33 @@ PRESETS: dict[str, dict] = {
                        rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                      "original_max_position_embeddings": 8192},
                        pad_token_id=128004, eos_token_id=128009),
+    # Issue 43's bases, from the checkpoints' config.json (HF hub, transformers 4.43-4.50 era):
+    # mistralai/Mistral-7B-v0.3: full attention ("sliding_window": null), 32,768 vocabulary, no pad token.
+    "mistral_7b": dict(family="mistral", vocab_size=32768, hidden_size=4096, intermediate_size=14336,
+                       num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, rms_norm_eps=1e-5,
+                       rope_theta=1e6, max_position_embeddings=32768, bos_token_id=1, eos_token_id=2),
+    # mistralai/Mistral-Nemo-Base-2407 (and -Instruct-2407, same shapes): head_dim 128 where hidden / heads is 160;
+    # 128K context ("max_position_embeddings": 128000 in the base's config), full attention.
+    "mistral_nemo_12b": dict(family="mistral", vocab_size=131072, hidden_size=5120, intermediate_size=14336,
+                             num_layers=40, num_heads=32, num_kv_heads=8, head_dim=128, rms_norm_eps=1e-5,
+                             rope_theta=1e6, max_position_embeddings=128000, bos_token_id=1, eos_token_id=2),
+    # Qwen/Qwen2.5-7B-Instruct: q/k/v biases, untied embeddings, "use_sliding_window": false; beyond 32K with the
+    # YaRN factor 4 its model card gives for 128K (as qwen3_8b above), pad <|endoftext|>, eos <|im_end|>.
+    "qwen25_7b": dict(family="qwen2", qkv_bias=True, vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+                      num_layers=28, num_heads=28, num_kv_heads=4, head_dim=128, rms_norm_eps=1e-6,
+                      rope_theta=1e6, max_position_embeddings=131072, rope_type="yarn",
+                      rope_scaling={"factor": 4.0, "original_max_position_embeddings": 32768},
+                      pad_token_id=151643, bos_token_id=151643, eos_token_id=151645),
+    # google/gemma-3-1b-it (Gemma3ForCausalLM): 26 layers, window 512, no RoPE scaling, 32K context, 262,144 vocab.
+    "gemma3_1b": _gemma3(num_layers=26, sliding_window=512, query_pre_attn_scalar=256, vocab_size=262144,
+                         hidden_size=1152, intermediate_size=6912, num_heads=4, num_kv_heads=1, head_dim=256,
+                         max_position_embeddings=32768, pad_token_id=0, bos_token_id=2, eos_token_id=(1, 106)),
+    # google/gemma-3-12b-it's text_config (docs/results/gemma3_12b/config.json): 48 layers, window 1024, global
+    # RoPE linear x8, 128K context, 262,208 vocab (Gemma3TextConfig's default).
+    "gemma3_12b": _gemma3(num_layers=48, sliding_window=1024, query_pre_attn_scalar=256,
+                          rope_scaling={"rope_type": "linear", "factor": 8.0}, vocab_size=262208, hidden_size=3840,
+                          intermediate_size=15360, num_heads=16, num_kv_heads=8, head_dim=256,
+                          max_position_embeddings=131072, pad_token_id=0, bos_token_id=2, eos_token_id=(1, 106)),
 }
 
 
