@@ -152,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default): one per visible GPU when there are several, no --mesh is given and the "
                              "weights leave room for a cache on one GPU; 1: one process; N: the first N GPUs (on a "
                              "host without GPUs, N CPU processes). Logs under SAVE_PATH/replicas/rI/")
+    parser.add_argument("--replica-max-tokens", type=int, default=None, metavar="N",
+                        help="with replicas: samples of more than N tokens (estimated from their characters) go "
+                             "to no replica but are judged after them by one program over a seq mesh of the "
+                             "replicas' GPUs (ring-attention prefill). Default: those whose cache and prefill "
+                             "would not fit one GPU beside the weights")
     parser.add_argument("--only-samples", default=None, metavar="FILE", help=argparse.SUPPRESS)  # a replica's share
     parser.add_argument("--simulate-judgement-lengths", action="store_true",
                         help="benchmarking random-weight models only: end each judgement after a deterministic "
@@ -258,7 +263,8 @@ def check_args(args: argparse.Namespace) -> None:
 
     counts = [("--max-new-tokens", args.max_new_tokens, 1), ("--batch-size", args.batch_size, 1),
               ("--max-batch-tokens", args.max_batch_tokens, 1), ("--decode-chunk", args.decode_chunk, 1),
-              ("--limit", args.limit, 1), ("--max-length", args.max_length, MIN_MAX_LENGTH)]
+              ("--limit", args.limit, 1), ("--max-length", args.max_length, MIN_MAX_LENGTH),
+              ("--replica-max-tokens", args.replica_max_tokens, 1)]
     for flag, value, least in counts:
         if value is not None and value < least:
             raise InputError(f"{flag} must be >= {least}, got {value}")
@@ -342,6 +348,7 @@ def _evaluate(argv: Sequence[str]) -> int:
         limit=args.limit, share_prompt=args.share_prompt, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress and sys.stderr.isatty(),
         task_types=args.task_types, longform_protocol=args.longform_protocol, chat_template=args.chat_template,
         longform_max_new_tokens=args.max_new_tokens, replicas=args.replicas,
+        replica_max_tokens=args.replica_max_tokens,
         only_samples=_read_share(args.only_samples),
     )
     try:

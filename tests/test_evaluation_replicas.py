@@ -85,3 +85,65 @@ def test_replicas_give_the_one_process_results(tmp_path, kind):
     assert shares[0] and shares[1] and not set(shares[0]) & set(shares[1])
     timings = json.loads((tmp_path / "two" / "timings.json").read_text())
     assert timings["replicas"] == 2 and len(timings["per_replica"]) == 2
+
+
+def test_split_long_by_tokens_and_by_memory():
+    from longrm_jax.evaluation.samples import EvalSample  # noqa: F401 - the samples below are duck-typed
+    from longrm_jax.models.config import from_hf_config
+
+    class Sample:
+        def __init__(self, chars):
+            self.answers = ["x" * 35, "y" * 70]
+            self._chars = chars
+
+        def prompt_messages(self):
+            return [{"role": "user", "content": "c" * self._chars}]
+
+    config = from_hf_config({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 1000, "hidden_size": 64,
+                             "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                             "num_key_value_heads": 2, "head_dim": 16})
+    short, long = Sample(350), Sample(35_000)  # ~100 and ~10,000 prompt tokens
+    # GRM: 1.5 x (prompt + every answer) + the judgement budget; DisRM: 1.5 x (prompt + the longest answer)
+    assert replicas.one_device_columns(short, is_disrm=False, max_new_tokens=8) == int(1.5 * 130) + 8
+    assert replicas.one_device_columns(short, is_disrm=True, max_new_tokens=8) == int(1.5 * 120)
+    kw = dict(is_disrm=False, max_new_tokens=8)
+    assert replicas.split_long([short, long], config, "float32", **kw, device_memory=None,
+                               max_tokens=1000) == [False, True]
+    assert replicas.split_long([short, long], config, "float32", **kw, device_memory=None,
+                               max_tokens=None) == [False, False]  # CPU replicas: memory unknown
+    # a device whose memory holds the short sample's cache but not the long one's (~4 KiB per column here)
+    assert replicas.split_long([short, long], config, "float32", **kw, device_memory=20 << 20,
+                               max_tokens=None) == [False, True]
+
+
+def test_samples_too_long_for_a_replica_run_on_a_seq_mesh(tmp_path, kind="grm"):
+    """`--replica-max-tokens`: the longer samples skip the 2 replicas and are judged afterwards by the parent over
+    a seq mesh of 2 (ring-attention prefill, then decode); the merged outputs are the one-process run's. (The
+    judge only: the routing is the same for the DisRM, test_split_long_by_tokens_and_by_memory, and its seq-mesh
+    scoring is tested with --mesh.)"""
+    data = tmp_path / "bench"
+    write_long_rewardbench(str(data), per_task=2, seed=1, lengths=(40, 200), tasks=("LongQA",), bon_fraction=0.5)
+    model = tmp_path / "model"
+    make_tiny_model_dir(model, "qwen3", "classifier" if kind == "disrm" else "causal_lm", layers=1, stop_every=3)
+    flags = ["--model-path", str(model), "--data-path", str(data), "--dtype", "float32", "--no-progress",
+             "--allow-no-verdicts"]
+    flags += ["--is-disrm"] if kind == "disrm" else ["--max-new-tokens", "6"]
+    assert evaluate.main([*flags, "--save-path", str(tmp_path / "one"), "--replicas", "1"]) == 0
+    assert evaluate.main([*flags, "--save-path", str(tmp_path / "two"), "--replicas", "2",
+                          "--replica-max-tokens", "300"]) == 0
+
+    def predictions(name):
+        return [json.loads(line) for line in (tmp_path / name / "predictions.jsonl").read_text().splitlines()]
+
+    one, two = predictions("one"), predictions("two")
+    timings = json.loads((tmp_path / "two" / "timings.json").read_text())
+    assert 0 < timings["long_samples"] < len(one)  # some samples took each path
+    shares = [json.loads(path.read_text()) for path in (tmp_path / "two" / "replicas").glob("r*/samples.json")]
+    assert sum(map(len, shares)) == len(one) - timings["long_samples"]  # the long ones went to no replica
+    assert (tmp_path / "two" / "replicas" / "long" / "partial").is_dir()  # their journals, for --resume
+    assert [(p["file"], p["row"]) for p in two] == [(p["file"], p["row"]) for p in one]
+    for a, b in zip(one, two):
+        if kind == "grm":
+            assert (a.get("judgement"), a.get("verdict")) == (b.get("judgement"), b.get("verdict"))
+        else:
+            assert a["scores"] == pytest.approx(b["scores"], rel=1e-5, abs=1e-5)

@@ -11,6 +11,11 @@ is a pure function of the samples and the replica count, so a resumed run hands 
 
 Each sample's per-row computation does not depend on which rows share its batch, so the merged predictions are
 the one-device run's (tests/test_evaluation_replicas.py compares them on the CPU).
+
+A sample too long for one GPU (its predicted cache and prefill do not fit beside the weights; or longer than
+``--replica-max-tokens``) goes to no replica: once the replicas are done, the parent judges those samples itself
+with one program whose ``seq`` axis spans the replicas' devices (ring-attention prefill, the cache split over the
+devices), as ``--mesh seq=N`` would (:func:`split_long`; runner.judge_long_on_mesh).
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ DECODE_ROWS = 16
 # A replica needs room beside its weights for the KV cache and activations: replicate only where the weights
 # take at most this share of one device's memory; otherwise the run stays one program over the mesh.
 MAX_WEIGHT_SHARE = 0.6
+# The characters-per-token estimate undercounts code and CJK text: a sample is routed to a replica only when
+# this many times its estimated tokens still fit one device.
+LENGTH_MARGIN = 1.5
 
 
 class ReplicaFailed(RuntimeError):
@@ -136,6 +144,33 @@ def sample_cost(sample: EvalSample, config, *, is_disrm: bool, both_orders: bool
     step = (weight_bytes(config, "bfloat16") / DECODE_ROWS + kv_cache_bytes(config, length)) / (
         rates.bandwidth * rates.decode_efficiency)
     return (2 if both_orders else 1) * (prefill + max_new_tokens * step)
+
+
+def one_device_columns(sample: EvalSample, *, is_disrm: bool, max_new_tokens: int) -> int:
+    """Cache columns one row of ``sample`` needs (with ``LENGTH_MARGIN``): a DisRM scores the prompt with one
+    answer at a time, a GRM reads every answer and writes its judgement."""
+    prompt, answers = sample_tokens(sample)
+    if is_disrm:
+        longest = max((len(a) for a in sample.answers), default=0) / CHARS_PER_TOKEN
+        return int(LENGTH_MARGIN * (prompt + longest))
+    return int(LENGTH_MARGIN * (prompt + answers)) + max_new_tokens
+
+
+def split_long(samples: Sequence[EvalSample], config, dtype: str, *, is_disrm: bool, max_new_tokens: int,
+               device_memory: int | None, max_tokens: int | None) -> list[bool]:
+    """Per sample: too long for one replica's device. ``max_tokens`` (``--replica-max-tokens``) sets the limit
+    in tokens; otherwise the slot plan decides from one device's memory (nothing is too long where that is
+    unknown, e.g. CPU replicas)."""
+    from longrm_jax.evaluation.slot_plan import plan_slots
+
+    columns = [one_device_columns(s, is_disrm=is_disrm, max_new_tokens=max_new_tokens) for s in samples]
+    if max_tokens is not None:
+        return [c > max_tokens for c in columns]
+    if device_memory is None:
+        return [False] * len(samples)
+    config = config.replace(dtype=dtype)
+    weights = weight_bytes(config, dtype)
+    return [not plan_slots(config, weights, c, device_memory)["fits"] for c in columns]
 
 
 def share_out(costs: Sequence[float], replicas: int) -> list[list[int]]:
@@ -252,8 +287,8 @@ def run_replicas(save_path: str, shares: list[list[EvalSample]], devices: list[s
                             f"{_last_error(logs[i]).removeprefix('error: ')}", procs[i].returncode)
 
 
-def merged_predictions(save_path: str, samples: list[EvalSample], replicas: int) -> list[dict]:
-    """Every replica's ``predictions.jsonl``, in ``samples``' order (each sample's prediction by file and row)."""
+def merged_predictions(save_path: str, samples: list[EvalSample], replicas: int) -> dict[tuple[str, int], dict]:
+    """Every replica's ``predictions.jsonl`` by (file, row); each of ``samples`` must have one."""
     by_place: dict[tuple[str, int], dict] = {}
     for index in range(replicas):
         path = os.path.join(replica_dir(save_path, index), "predictions.jsonl")
@@ -266,7 +301,7 @@ def merged_predictions(save_path: str, samples: list[EvalSample], replicas: int)
     if missing:
         raise ReplicaFailed(f"the replicas returned no prediction for {len(missing)} samples (first: "
                             f"{missing[0]})", 1)
-    return [by_place[(s.file, s.row)] for s in samples]
+    return by_place
 
 
 def merged_timings(save_path: str, replicas: int) -> dict:
@@ -304,10 +339,11 @@ def merged_slow_paths(save_path: str, replicas: int) -> dict[str, int]:
 
 
 def judge_on_replicas(cfg, samples: list[EvalSample], replica_argv: Callable[[str, str], list[str]]
-                      ) -> list[dict] | None:
-    """The predictions of ``samples`` judged by one process per device (:func:`plan_replicas` on ``cfg``, an
-    ``EvalConfig``), in ``samples``' order, with the replicas' merged timings added to ``cfg.timings``; None
-    when the plan is one program (the caller judges in this process)."""
+                      ) -> tuple[dict[tuple[str, int], dict], list[EvalSample], int] | None:
+    """Judge ``samples`` with one process per device (:func:`plan_replicas` on ``cfg``, an ``EvalConfig``):
+    (predictions by (file, row) of the samples the replicas judged, the samples too long for one device, left
+    to the caller's seq mesh, the number of devices); the replicas' merged timings go to ``cfg.timings``. None
+    when the plan is one program (the caller judges every sample in this process)."""
     from longrm_jax.hf.load import read_hf_config
     from longrm_jax.models.config import from_hf_config
     from longrm_jax.ops import slow_paths
@@ -317,15 +353,25 @@ def judge_on_replicas(cfg, samples: list[EvalSample], replica_argv: Callable[[st
     logger.info("replicas: %s", reason)
     if not devices:
         return None
-    costs = [sample_cost(s, config, is_disrm=cfg.is_disrm, both_orders=cfg.both_orders,
-                         max_new_tokens=cfg.max_new_tokens, share_prompt=cfg.share_prompt) for s in samples]
-    shares = [[samples[i] for i in share] for share in share_out(costs, len(devices))]
-    shares, devices = zip(*[(share, d) for share, d in zip(shares, devices) if share])  # fewer samples than GPUs
-    save = cfg.resolved_save_path()
-    begin = time.time()
-    run_replicas(save, list(shares), list(devices), replica_argv, progress=cfg.progress)
-    predictions = merged_predictions(save, samples, len(shares))
-    cfg.timings.update(merged_timings(save, len(shares)))
-    cfg.timings["judging_wall_s"] = time.time() - begin  # processes started, run and merged
-    slow_paths.add_counts(merged_slow_paths(save, len(shares)))
-    return predictions
+    long = split_long(samples, config, cfg.dtype, is_disrm=cfg.is_disrm, max_new_tokens=cfg.max_new_tokens,
+                      device_memory=None if devices[0] == "cpu" else gpu_memory_bytes(devices[0]),
+                      max_tokens=cfg.replica_max_tokens)
+    too_long = [s for s, is_long in zip(samples, long) if is_long]
+    fitting = [s for s, is_long in zip(samples, long) if not is_long]
+    if too_long:
+        logger.info("replicas: %d of %d samples are too long for one device: judged after the replicas over a "
+                    "seq mesh of %d devices", len(too_long), len(samples), len(devices))
+    predictions: dict[tuple[str, int], dict] = {}
+    if fitting:
+        costs = [sample_cost(s, config, is_disrm=cfg.is_disrm, both_orders=cfg.both_orders,
+                             max_new_tokens=cfg.max_new_tokens, share_prompt=cfg.share_prompt) for s in fitting]
+        shares = [[fitting[i] for i in share] for share in share_out(costs, len(devices))]
+        shares, used = zip(*[(share, d) for share, d in zip(shares, devices) if share])  # fewer samples than GPUs
+        save = cfg.resolved_save_path()
+        begin = time.time()
+        run_replicas(save, list(shares), list(used), replica_argv, progress=cfg.progress)
+        predictions = merged_predictions(save, fitting, len(shares))
+        cfg.timings.update(merged_timings(save, len(shares)))
+        cfg.timings["judging_wall_s"] = time.time() - begin  # processes started, run and merged
+        slow_paths.add_counts(merged_slow_paths(save, len(shares)))
+    return predictions, too_long, len(devices)

@@ -97,6 +97,7 @@ class EvalConfig:
     queue: str = "run"  # GRM: one generation queue for the run's task files ("run") or one per file ("per-task")
     mesh: dict[str, int] | None = None
     replicas: str = "auto"  # one process per GPU, each on a share of the samples (evaluation.replicas)
+    replica_max_tokens: int | None = None  # longer samples skip the replicas for a seq mesh (None: by memory)
     only_samples: Sequence[str] | None = None  # a replica's share: EvalSample.where of the samples to judge
     max_length: int | None = UPSTREAM_MAX_LENGTH  # None: no truncation
     seed: int = DEFAULT_SEED
@@ -400,11 +401,33 @@ def run_evaluation(cfg: EvalConfig, replica_argv=None) -> dict:
     started = time.time()
     samples, grm_tokenizer, disrm_tokenizer = prepare_run(cfg)
     if replica_argv is not None:
-        predictions = replicas.judge_on_replicas(cfg, samples, replica_argv)
-        if predictions is not None:
-            return finish_run(cfg, samples, predictions, started, device_kind=cfg.timings.get("device"))
+        routed = replicas.judge_on_replicas(cfg, samples, replica_argv)
+        if routed is not None:
+            by_place, too_long, devices = routed
+            if too_long:
+                by_place.update(judge_long_on_mesh(cfg, too_long, devices, grm_tokenizer, disrm_tokenizer))
+            predictions = [by_place[(s.file, s.row)] for s in samples]
+            return finish_run(cfg, samples, predictions, started,
+                              device_kind=cfg.timings.get("device") if not too_long else None)
     predictions = judge_samples(cfg, samples, grm_tokenizer, disrm_tokenizer)
     return finish_run(cfg, samples, predictions, started)
+
+
+def judge_long_on_mesh(cfg: EvalConfig, samples: list[EvalSample], devices: int, grm_tokenizer,
+                       disrm_tokenizer) -> dict[tuple[str, int], dict]:
+    """Predictions by (file, row) of the samples too long for one replica's device, judged in this process by one
+    program whose ``seq`` axis spans ``devices`` devices (ring-attention prefill, the cache split along the
+    sequence; fsdp takes any devices left), as ``--mesh seq=N`` runs; its journals under
+    SAVE_PATH/replicas/long/ (``--resume`` works)."""
+    save = os.path.join(cfg.resolved_save_path(), replicas.REPLICA_DIR, "long")
+    os.makedirs(save, exist_ok=True)
+    long_cfg = dataclasses.replace(cfg, mesh={"seq": devices, "fsdp": -1}, save_path=save, share_prompt=False,
+                                   timings={})
+    begin = time.time()
+    predictions = judge_samples(long_cfg, samples, grm_tokenizer, disrm_tokenizer)
+    cfg.timings.update(long_samples=len(samples), long_judging_s=time.time() - begin,
+                       long_timings=long_cfg.timings)
+    return {(p["file"], p["row"]): p for p in predictions}
 
 
 def prepare_run(cfg: EvalConfig):
