@@ -142,6 +142,50 @@ def test_cli_refuses_a_hopeless_step_before_compiling(v5p_8, monkeypatch, capsys
     assert "(lower bound: train state" in err and "available 104.86 KiB (model.remat=full; before compiling)" in err
 
 
+@pytest.mark.slow
+@needs_libtpu
+def test_offload_plan_on_a_program_compiled_with_a_host_memory_space(v5p_8):
+    """The offloading figures of the memory plan on a real compile (issue 42; test_training_memory_plan.py's
+    offload tests patch the predictions). XLA:CPU drops a pinned_host placement (jax 0.11: no host bytes in its
+    memory analysis), so one chip of a v5p, whose compile-only devices have pinned_host, compiles the step: the
+    gradient program keeps exactly the layers' saved inputs in host memory, at the plan's own figure for them
+    (layers x tokens x hidden x bytes, the lower bound's under remat full); the plan reads it from the compiled
+    memory analysis; and on these figures a host budget of 1.5 layers refuses the step, naming both sizes, and
+    partial offload picks 1 of the 2 layers."""
+    import jax
+
+    from longrm_jax.ops.flash import compiling_for
+    from longrm_jax.parallel.mesh import make_mesh
+    from longrm_jax.training import memory_plan as mp
+    from longrm_jax.training.compile_only import _model_config
+    from longrm_jax.training.model_setup import codec_for
+    from longrm_jax.training.state import abstract_state, lr_schedule, make_optimizer
+    from longrm_jax.training.steps import StageSpec
+
+    cfg = _tiny("sft", **{"mesh.fsdp": 1, "mesh.seq": 1, "data.seq_len": 128, "model.compute_dtype": "float32",
+                          "model.overrides": "{num_layers: 2}", "model.remat": "offload_layer_inputs",
+                          "host_memory_budget_gib": 1})
+    mcfg = _model_config(cfg)[0]
+    devices = v5p_8.devices()[:1]
+    mesh, tx, key = make_mesh(fsdp=1, devices=devices), make_optimizer(cfg.optim, 10), jax.random.key(0)
+    with compiling_for(devices):
+        plan = mp.plan_train_step(cfg, mcfg, tx, lr_schedule(cfg.optim, 10), StageSpec("sft", 0, 1, False), mesh,
+                                  key, device_bytes=64 * mp.GiB)
+    state, _ = abstract_state(cfg, codec_for(mcfg), tx, mesh, key)
+    full = mp.lower_bound(state, mp.abstract_batch(cfg, mesh, None), mcfg, "full", 1, 1)
+    assert full.layer_inputs_how == "2 layers x 256 tokens x 64 x 4 bytes"
+    grads, update = plan.programs
+    analysis = dict(plan.step.programs)["gradients"].memory_analysis()
+    assert grads.host == analysis.host_temp_size_in_bytes == full.layer_inputs == 128 << 10
+    assert update.host == 0 and mp.predicted_host(plan.programs) == grads.host
+    host = 3 * full.layer_inputs // 4  # 1.5 of the 2 layers' inputs
+    assert not mp.fits(plan.programs, 64 * mp.GiB, host)
+    msg = mp.too_big_message(plan.programs, 64 * mp.GiB, "offload_layer_inputs", host)
+    assert "predicted 128.00 KiB per device of offloaded activations, budget 96.00 KiB" in msg, msg
+    assert mp.partial_offload_candidate("offload_layer_inputs", plan.programs, 2, 64 * mp.GiB, host, 0) == \
+        "offload_layer_inputs@1"
+
+
 @needs_libtpu
 def test_v4_chips_are_one_device_each(v5p_8):
     """v4 counts TensorCores (v4-8: 4 chips); libtpu describes a device per core unless asked for megacore, as JAX

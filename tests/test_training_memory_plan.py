@@ -115,7 +115,8 @@ def test_auto_falls_back_to_partial_offload_through_the_cli_path(tmp_path):
     """remat auto with a device budget that only offloading meets and a host budget below what offloading
     every layer needs: the plan tries ``candidate@N`` and trains with model.offloaded_layers = N. (The CPU
     compiles host placement away, so the figures are the plan's own: memory_plan.predicted_host is patched to
-    report pinned bytes per offloaded layer.)"""
+    report pinned bytes per offloaded layer. The same figures on a real compile with a host memory space:
+    test_compile_topology.py::test_offload_plan_on_a_program_compiled_with_a_host_memory_space.)"""
     import contextlib
     import unittest.mock as mock
 
