@@ -1,0 +1,41 @@
+# Call X (issue 40, kind nvidia-h100-x4): the shipped SimPO config on the node beside one GPU of the same machine,
+# as a user runs it: `python -m longrm_jax.train --config configs/qwen3_8b_grm_simpo.yaml` with synthetic pairs
+# (random Qwen3-8B weights, no tokenizer, packed rows of 128,000 tokens, `mesh: auto`, the config's fp32 weights
+# and moments) and only what a benchmark must change: 3 steps of one micro step each (grad_accum 1: a shipped
+# step is 8 micro steps of ~25 s), no evaluation, no checkpoints, step 3 profiled.
+#   shipped4  all 4 GPUs: mesh auto chooses (the ring, seq=4, for one row per micro step) and prints why;
+#   shipped1  GPU 0 alone (CUDA_VISIBLE_DEVICES=0): `model.remat=auto` and `optim.offload_state=true` (the README's
+#             one-GPU settings for 128K tokens of full-parameter SimPO: the fp32 moments do not fit beside the rest).
+# PARTS picks (default "shipped4 shipped1"); everything lands in $OUT/callX.tgz as it goes, the traces beside it.
+# Run: bash scripts/device/callX_shipped_x4.sh
+source scripts/device/common.sh
+OUTF=$OUT; W=/tmp/wx; mkdir -p $W; START=$(date +%s); BUDGET_S=${BUDGET_S:-580}; PARTS=${PARTS:-"shipped4 shipped1"}
+left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
+nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee $W/gpus.txt
+SETS=(--set model.init=null --set model.preset=qwen3_8b --set data.source=synthetic --set data.eval_source=null
+      --set data.tokenizer=null --set grad_accum=1 --set data.num_train=64
+      --set "data.synthetic={lengths: [20000, 60000]}" --set steps=3 --set log_every=1 --set eval_before=false
+      --set eval_after=false --set checkpoint.every=0 --set checkpoint.at_end=false --set tensorboard=false
+      --set progress=false --set profile.start=3 --set profile.steps=1)
+one() {  # one NAME LIMIT_S [--set ...]
+  local name=$1 t=$2; shift 2
+  [ $(left) -lt $t ] && t=$(( $(left) - 5 ))
+  if [ $t -lt 150 ]; then echo "=== $name skipped: $(left) s left" | tee -a $W/summary.txt; return; fi
+  echo "=== $name $(date -u +%T) python3 -m longrm_jax.train --config configs/qwen3_8b_grm_simpo.yaml ${SETS[*]} $* --set output_dir=/tmp/runs/$name" | tee -a $W/summary.txt
+  timeout $t python3 -m longrm_jax.train --config configs/qwen3_8b_grm_simpo.yaml "${SETS[@]}" "$@" \
+    --set output_dir=/tmp/runs/$name > $W/$name.log 2>&1
+  echo "rc=$?" | tee -a $W/summary.txt
+  grep -iE "mesh|tokens_per_s|summary|predicted|refus|remat|error" $W/$name.log | cut -c1-300 | tail -14 | tee -a $W/summary.txt
+  cp /tmp/runs/$name/metrics.jsonl $W/$name.metrics.jsonl 2>/dev/null; cp /tmp/runs/$name/memory_plan.json $W/$name.plan.json 2>/dev/null
+  python3 scripts/profile_summary.py /tmp/runs/$name/profile --top 25 --json $W/$name.profile.json > $W/$name.profile.txt 2>&1
+  grep -E "span|exposed" $W/$name.profile.txt | head -8 | tee -a $W/summary.txt
+  find /tmp/runs/$name/profile -name "*.xplane.pb" -size -400M -exec gzip -c {} \; > $OUTF/$name.xplane.pb.gz 2>/dev/null
+  tar czf $OUTF/callX.tgz -C $W .
+}
+for p in $PARTS; do
+  case $p in
+    shipped4) one shipped4 300 ;;
+    shipped1) CUDA_VISIBLE_DEVICES=0 one shipped1 300 --set model.remat=auto --set optim.offload_state=true ;;
+  esac
+done
+cp $W/summary.txt $OUTF/; tar czf $OUTF/callX.tgz -C $W .; cat $W/summary.txt
