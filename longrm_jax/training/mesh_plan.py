@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
+from longrm_jax.cli_support import InputError
 from longrm_jax.parallel import mesh_choice
-from longrm_jax.parallel.mesh import make_mesh
+from longrm_jax.parallel.mesh import MESH_AXES, make_mesh
 from longrm_jax.training.config import TrainConfig
 from longrm_jax.training.memory_plan import MemoryPlanError, StepPlan, plan_train_step, predicted_peak
 from longrm_jax.training.mesh_config import MeshSection
@@ -94,6 +95,7 @@ def plan_auto_mesh(cfg: TrainConfig, mcfg, tx, schedule, spec, devices, key, *,
                              f"(model.remat={plan.remat})")
         if len(cands) > 1:
             cand.notes.append("the fewest bytes of those that fit")
+        same_choice_everywhere(cand.sizes)
         plan.mesh_auto = {"chosen": cand.sizes, "candidates": mesh_choice.as_json(cands),
                           "table": mesh_choice.table(cands, len(devices))}
         return AutoMesh(run_cfg, mesh, plan, cands)
@@ -101,3 +103,21 @@ def plan_auto_mesh(cfg: TrainConfig, mcfg, tx, schedule, spec, devices, key, *,
     raise MemoryPlanError(f"mesh auto: no mesh over {len(devices)} device(s) fits\n{table}"
                           + (f"\nthe last one tried: {last}" if last is not None else ""),
                           last.tried if last is not None else [], last.last if last is not None else None)
+
+
+def same_choice_everywhere(sizes: dict) -> None:
+    """Each process of a multi-process run plans its mesh on its own; they must agree, or the first collective
+    would wait forever. Every process gathers every choice and all raise together if one differs (another GPU
+    model or memory fraction on one host, say)."""
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils  # noqa: PLC0415 - multi-process runs only
+
+    mine = np.array([sizes.get(axis, 1) for axis in MESH_AXES], np.int32)
+    every = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, len(MESH_AXES))
+    if not (every == mine).all():
+        choices = sorted({", ".join(f"{a}={int(n)}" for a, n in zip(MESH_AXES, row) if n != 1) or "one device"
+                          for row in every.tolist()})
+        raise InputError(f"mesh auto: the {len(every)} processes chose different meshes ({'; '.join(choices)}): "
+                         "check that every host has the same GPUs and XLA_PYTHON_CLIENT_MEM_FRACTION, or set the "
+                         "mesh by hand (--set mesh.fsdp=N ...)")
