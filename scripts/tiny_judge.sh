@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The LongRM recipe end to end at toy scale, on the CPU, through the project's own CLIs: synthetic data -> a tiny
-# needle-QA LM (the "pretrained" start) -> GRM stage 1 (SFT on judgements) -> GRM stage 2 (SimPO, from stage 1) ->
-# export -> Long-RewardBench evaluation with --both-orders; then the DisRM (Bradley-Terry, from the same LM) beside
-# it. Prints each step's wall time.
+# needle-QA LM (the "pretrained" start) -> the DisRM (Bradley-Terry, from the LM's export) -> its Long-RewardBench
+# evaluation with --both-orders; then the generative RM from the same LM: GRM stage 1 (SFT on judgements) -> GRM
+# stage 2 (SimPO, from stage 1) -> export -> evaluation with --both-orders. Prints each step's wall time.
 # README "A judge from scratch". Run from the repository root: `bash scripts/tiny_judge.sh` (it uses .venv;
 # PYTHON=... picks another interpreter; arguments are ignored). Outputs: data/tiny_judge, runs/tiny_*, results/tiny_* (a re-run replaces them).
+# FAMILY=gemma3 (or mistral, qwen2, qwen3; default llama: the shipped configs as they are) builds the needle LM from
+# that family's tiny preset (tiny_$FAMILY in training.model_setup.PRESETS, as it is: model.overrides={}); every later
+# stage starts from it as usual. Its runs and results go to runs/tiny_*_$FAMILY and results/tiny_*_$FAMILY.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The interpreter: PYTHON if set, else the project's virtual environment (what scripts/quickstart.sh made; also
@@ -19,6 +22,12 @@ if ! "$PY" -c "import longrm_jax, tokenizers" >/dev/null 2>&1; then
   exit 2
 fi
 export JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}"
+FAMILY="${FAMILY:-llama}"
+case "$FAMILY" in
+  llama) S=""; LM_SET=() ;;
+  gemma3|mistral|qwen2|qwen3) S="_$FAMILY"; LM_SET=(--set "model.preset=tiny_$FAMILY" --set "model.overrides={}") ;;
+  *) echo "error: FAMILY=$FAMILY: one of llama, gemma3, mistral, qwen2, qwen3" >&2; exit 2 ;;
+esac
 step() {  # name, command...
   local name=$1 t0; shift
   t0=$(date +%s)
@@ -30,15 +39,21 @@ DATA=data/tiny_judge
 step data "$PY" -m longrm_jax.data.synthetic --out "$DATA" --judge --lengths 32,64,128 --num-train 8000 \
     --num-eval 64 --bench-per-task 20 --bench-bon-fraction 0
 # The tiny "pretrained" LM both reward models start from (needle QA SFT), and its HF export for the DisRM.
-step lm "$PY" -m longrm_jax.train --config configs/tiny_lm_needle.yaml
-step lm_export "$PY" -m longrm_jax.export --checkpoint runs/tiny_lm --out runs/tiny_lm_hf --overwrite
-step grm_sft "$PY" -m longrm_jax.train --config configs/tiny_grm_sft.yaml
-step grm_simpo "$PY" -m longrm_jax.train --config configs/tiny_grm_simpo.yaml
-step grm_export "$PY" -m longrm_jax.export --checkpoint runs/tiny_grm_simpo --out runs/tiny_grm_hf --overwrite
-step grm_eval "$PY" -m longrm_jax.evaluate --model-path runs/tiny_grm_hf --data-path "$DATA/long_rewardbench" \
-    --save-path results/tiny_grm --both-orders --dtype float32 --max-new-tokens 64 --overwrite
-step disrm_bt "$PY" -m longrm_jax.train --config configs/tiny_disrm_bt.yaml
-step disrm_export "$PY" -m longrm_jax.export --checkpoint runs/tiny_disrm_bt --out runs/tiny_disrm_hf --overwrite
-step disrm_eval "$PY" -m longrm_jax.evaluate --model-path runs/tiny_disrm_hf --data-path "$DATA/long_rewardbench" \
-    --save-path results/tiny_disrm --is-disrm --both-orders --dtype float32 --overwrite
-echo "plots: results/tiny_grm/accuracy_by_length.png results/tiny_disrm/accuracy_by_length.png"
+step lm "$PY" -m longrm_jax.train --config configs/tiny_lm_needle.yaml --set "output_dir=runs/tiny_lm$S" \
+    ${LM_SET[@]+"${LM_SET[@]}"}
+step lm_export "$PY" -m longrm_jax.export --checkpoint "runs/tiny_lm$S" --out "runs/tiny_lm_hf$S" --overwrite
+step disrm_bt "$PY" -m longrm_jax.train --config configs/tiny_disrm_bt.yaml --set "output_dir=runs/tiny_disrm_bt$S" \
+    --set "model.init=runs/tiny_lm_hf$S"
+step disrm_export "$PY" -m longrm_jax.export --checkpoint "runs/tiny_disrm_bt$S" --out "runs/tiny_disrm_hf$S" \
+    --overwrite
+step disrm_eval "$PY" -m longrm_jax.evaluate --model-path "runs/tiny_disrm_hf$S" \
+    --data-path "$DATA/long_rewardbench" --save-path "results/tiny_disrm$S" --is-disrm --both-orders \
+    --dtype float32 --overwrite
+step grm_sft "$PY" -m longrm_jax.train --config configs/tiny_grm_sft.yaml --set "output_dir=runs/tiny_grm_sft$S" \
+    --set "model.init=runs/tiny_lm$S/checkpoints"
+step grm_simpo "$PY" -m longrm_jax.train --config configs/tiny_grm_simpo.yaml \
+    --set "output_dir=runs/tiny_grm_simpo$S" --set "model.init=runs/tiny_grm_sft$S/checkpoints"
+step grm_export "$PY" -m longrm_jax.export --checkpoint "runs/tiny_grm_simpo$S" --out "runs/tiny_grm_hf$S" --overwrite
+step grm_eval "$PY" -m longrm_jax.evaluate --model-path "runs/tiny_grm_hf$S" --data-path "$DATA/long_rewardbench" \
+    --save-path "results/tiny_grm$S" --both-orders --dtype float32 --max-new-tokens 64 --overwrite
+echo "plots: results/tiny_grm$S/accuracy_by_length.png results/tiny_disrm$S/accuracy_by_length.png"
