@@ -1,5 +1,5 @@
-"""The README's "compiled, not run" tables: the project's own ``--compile-only`` command per topology x config x
-row length, on this host (no TPU or GPU needed).
+"""The "compiled, not run" tables of docs/compile_only.md ("Results"): the project's own ``--compile-only``
+command per topology x config x row length, on this host (no TPU or GPU needed).
 
     python scripts/compile_table.py                     # every row below, 2 compiles at a time
     python scripts/compile_table.py --only tpu --jobs 3
@@ -233,7 +233,7 @@ def main(argv=None) -> int:
     p.add_argument("--force", action="store_true", help="compile rows already in the results again")
     p.add_argument("--markdown", action="store_true", help="print the tables from the stored results only")
     p.add_argument("--write", action="store_true",
-                   help="also put the tables into README.md and docs/compile_only.md, between their "
+                   help="also put the tables into docs/compile_only.md, between its "
                         "'<!-- compile_table:begin -->' and '<!-- compile_table:end -->' lines")
     args = p.parse_args(argv)
     results = load()
@@ -256,8 +256,7 @@ def main(argv=None) -> int:
     text = markdown(results)
     print(text)
     if args.write:
-        for path in ("README.md", os.path.join("docs", "compile_only.md")):
-            write_between_markers(os.path.join(ROOT, path), text)
+        write_between_markers(os.path.join(ROOT, "docs", "compile_only.md"), text)
     return 0
 
 
