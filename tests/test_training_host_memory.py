@@ -68,6 +68,23 @@ def test_train_cli_refuses_a_100m_token_row_in_seconds_with_exit_4(tmp_path, mon
     assert rc == 4 and err[-1].startswith("error: the data batches do not fit this host's memory"), err
 
 
+def test_train_cli_refuses_100000_rows_before_compiling_with_exit_4(tmp_path, monkeypatch, capsys):
+    """The default run with data.batch_rows=100000 (remat none; 827 GiB compiled): refused by the lower bound,
+    whose layers keep their attention outputs and MLP activations for the backward, before the step's compile
+    (issue 42: 44 s to refuse under load, all but 12 s of it building and compiling that program)."""
+    from longrm_jax import train
+    from longrm_jax.training.steps import JittedTrainStep
+
+    monkeypatch.setattr(host_memory, "available_bytes", lambda: 22 * GiB)
+    monkeypatch.setattr(JittedTrainStep, "compile", lambda *_: pytest.fail("compiled a step the bound refuses"))
+    rc = train.main(["--set", "data.batch_rows=100000", "--set", f"output_dir={tmp_path}/run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 4 and err[-1].startswith("error: the train step does not fit the device: predicted at least "
+                                          "49.40 GiB per device"), err
+    assert ("activations kept for the backward 48.8 GiB (2 layers x 25,600,000 tokens x (64 input + 64 attention "
+            "out + 128 MLP hidden) x 4 bytes)") in err[-1] and "(model.remat=none; before compiling)" in err[-1]
+
+
 def test_cpu_step_over_the_free_ram_is_refused_with_the_budget_named(monkeypatch):
     """The memory plan on the CPU backend: the free RAM is the devices' budget (was: no check, then
     RESOURCE_EXHAUSTED after compiling 827 GiB of data.batch_rows=100000). Refused by the lower bound here,

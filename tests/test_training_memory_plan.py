@@ -215,15 +215,18 @@ def test_hopeless_step_is_refused_before_compiling(tmp_path, monkeypatch):
     assert hints.startswith("reduce it with: model.remat=offload_layer_inputs")
 
 
-def test_lower_bound_is_below_the_compiled_peak(tmp_path):
+@pytest.mark.parametrize("remat, how", [
+    ("full", "4 layers x 2,048 tokens x 64 x 4 bytes"),
+    ("none", "4 layers x 2,048 tokens x (64 input + 64 attention out + 128 MLP hidden) x 4 bytes")])
+def test_lower_bound_is_below_the_compiled_peak(tmp_path, remat, how):
     """The bound's terms are parts of the compiled gradient program's own peak (remat full: the stacked layer
-    inputs among its temporaries)."""
+    inputs among its temporaries; none: with each layer's attention output and MLP activation too)."""
     from longrm_jax.training.memory_plan import GiB
 
-    cfg = load_config(None, TINY + [f"output_dir={tmp_path}", "model.remat=full"])
+    cfg = load_config(None, TINY + [f"output_dir={tmp_path}", f"model.remat={remat}"])
     plan = _plan(cfg, 64 * GiB)
     grads, bound = plan.programs[0], plan.bound
-    assert grads.name == "gradients" and bound.layer_inputs_how == "4 layers x 2,048 tokens x 64 x 4 bytes"
+    assert grads.name == "gradients" and bound.layer_inputs_how == how
     assert bound.state == grads.resident and bound.batch == grads.inputs and bound.gradients <= grads.outputs
     assert bound.layer_inputs <= grads.temp and bound.total <= grads.peak
 

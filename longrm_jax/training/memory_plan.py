@@ -344,13 +344,20 @@ class LowerBound:
     saves on the device, the input of every layer that the layer scan stacks for the backward (temporaries; one
     [tokens, hidden] per layer in the compute dtype, ``models.layers.LAYER_INPUT_NAME``) for one micro step. The
     stack's share of the busiest device is at least its size over all devices. The update program's peak (state
-    + gradients) is never larger than this."""
+    + gradients) is never larger than this.
+
+    Under ``none`` and ``save_attention_out`` with every weight trained (no LoRA), each layer keeps more than its
+    input: the attention output (o_proj's operand, saved by both) and, under ``none``, the MLP's hidden
+    activation (down_proj's operand; not with a tiled MLP), which their weights' gradients read (x^T dy).
+    Counting them refuses the CPU's data.batch_rows=100000 (827 GiB compiled) before a compile of 20 s or more
+    (issue 42)."""
 
     state: int
     gradients: int
     batch: int
     layer_inputs: int = 0
     layer_inputs_how: str = ""
+    layer_saves: str = "layer inputs"  # what layer_inputs counts: "layer inputs", or "activations" beyond them
 
     @property
     def total(self) -> int:
@@ -360,17 +367,19 @@ class LowerBound:
         text = (f"train state {format_bytes(self.state, 1)} + gradients {format_bytes(self.gradients, 1)} + batch "
                 f"{format_bytes(self.batch, 1)}")
         if self.layer_inputs:
-            text += (f" + layer inputs kept for the backward {format_bytes(self.layer_inputs, 1)} "
+            text += (f" + {self.layer_saves} kept for the backward {format_bytes(self.layer_inputs, 1)} "
                      f"({self.layer_inputs_how})")
         return text
 
 
 def lower_bound(state, batch: dict, mcfg, remat: str, grad_accum: int, devices: int,
-                state_device: int | None = None, gradients: int | None = None) -> LowerBound:
+                state_device: int | None = None, gradients: int | None = None, *,
+                all_weights_trained: bool = False) -> LowerBound:
     """``LowerBound`` of a step on ``devices`` devices with abstract ``state`` and ``batch`` (as the plan builds
     them); ``remat``: the configured policy (``auto`` counts no layer inputs: it may offload them);
     ``state_device``: the state's device bytes when not its shardings' (``state_placement``); ``gradients``: the
-    gradients' bytes when not laid out as the parameters (``gradient_bytes``)."""
+    gradients' bytes when not laid out as the parameters (``gradient_bytes``); ``all_weights_trained``: no LoRA
+    (the layers' weight gradients read their operands, so policies that save them keep them)."""
     resident = bytes_per_device(state) if state_device is None else state_device
     grads = bytes_per_device(state.params) if gradients is None else gradients
     bound = LowerBound(resident, grads, bytes_per_device(batch))
@@ -378,10 +387,18 @@ def lower_bound(state, batch: dict, mcfg, remat: str, grad_accum: int, devices: 
         return bound
     tokens = int(np.prod(batch["input_ids"].shape, dtype=np.int64)) // grad_accum
     itemsize = np.dtype(mcfg.compute_dtype).itemsize
-    stacked = mcfg.num_layers * tokens * mcfg.hidden_size * itemsize
-    how = (f"{mcfg.num_layers} layers x {tokens:,} tokens x {mcfg.hidden_size} x {itemsize} bytes"
+    per_token, width, saves = mcfg.hidden_size, f"{mcfg.hidden_size}", "layer inputs"
+    if all_weights_trained and remat in ("none", "save_attention_out"):
+        extra = [("attention out", mcfg.num_heads * mcfg.head_dim)]
+        # A tiled MLP (mlp_chunk_tokens) recomputes its chunks' hidden activation in the backward instead.
+        extra += [("MLP hidden", mcfg.intermediate_size)] if remat == "none" and not mcfg.mlp_chunk_tokens else []
+        per_token += sum(n for _, n in extra)
+        width = f"({mcfg.hidden_size} input + " + " + ".join(f"{n} {what}" for what, n in extra) + ")"
+        saves = "activations"
+    stacked = mcfg.num_layers * tokens * per_token * itemsize
+    how = (f"{mcfg.num_layers} layers x {tokens:,} tokens x {width} x {itemsize} bytes"
            + (f" over {devices} devices" if devices > 1 else ""))
-    return dataclasses.replace(bound, layer_inputs=stacked // devices, layer_inputs_how=how)
+    return dataclasses.replace(bound, layer_inputs=stacked // devices, layer_inputs_how=how, layer_saves=saves)
 
 
 def refuse_early(bound: LowerBound, budget: int | None, remat: str, hints: tuple[str, ...]) -> None:
@@ -521,7 +538,7 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
     state, state_sh = abstract_state(cfg, codec_for(mcfg), tx, mesh, key)
     state_device, state_host, _ = state_placement(cfg, state)
     bound = lower_bound(state, batch, mcfg, cfg.model.remat, cfg.grad_accum, mesh.size, state_device,
-                        gradient_bytes(state, state_sh))
+                        gradient_bytes(state, state_sh), all_weights_trained=cfg.lora.rank == 0)
     try:
         refuse_early(bound, budget, cfg.model.remat, hints)
         with xla_log.counted(log, xla_lines):
