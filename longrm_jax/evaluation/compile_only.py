@@ -29,7 +29,7 @@ from longrm_jax import xla_log
 from longrm_jax.evaluation.estimate import prefill_flops
 from longrm_jax.evaluation.generation import _jitted_decode, _jitted_prefill, prepare_for_decoding
 from longrm_jax.evaluation.scoring import _JITTED_CLASSIFIER, _JITTED_GATHERED
-from longrm_jax.models.config import decoder_matmul_params, output_head_params
+from longrm_jax.models.config import attended_columns, decoder_matmul_params, output_head_params
 from longrm_jax.models.decoder import build_model
 from longrm_jax.ops.flash import compiling_for
 from longrm_jax.parallel.compiled import cost_flops, describe_counts, flop_text, hlo_op_counts
@@ -68,8 +68,9 @@ def counted_flops(mcfg, program: str, rows: int, length: int, steps: int = 0) ->
     head = 2 * output_head_params(mcfg, "classifier" if program == "scoring" else "causal_lm")
     if program in ("prefill", "scoring"):
         return rows * (prefill_flops(mcfg, length) + head)
-    per_column = 4 * mcfg.num_layers * mcfg.num_heads * mcfg.head_dim
-    columns = steps * length + steps * (steps + 1) / 2  # sum over steps of the columns attended
+    per_column = 4 * mcfg.num_heads * mcfg.head_dim
+    # sum over steps and layers of the columns attended (a sliding-window layer: at most its window)
+    columns = sum(attended_columns(mcfg, length + step) for step in range(1, steps + 1))
     return rows * (steps * (2 * decoder_matmul_params(mcfg) + head) + per_column * columns)
 
 

@@ -31,9 +31,9 @@ import numpy as np
 
 from longrm_jax.data.packing import bucket_for
 from longrm_jax.evaluation.batching import fit_buckets
+from longrm_jax.evaluation.estimate import prefill_flops
 from longrm_jax.evaluation.scoring import hf_pooled_index
 from longrm_jax.models.cache import KVCache
-from longrm_jax.models.config import decoder_matmul_params
 from longrm_jax.ops.contract import PAD_POSITION, round_up
 
 
@@ -90,13 +90,6 @@ NEW_BUCKET_FLOPS = 2e15
 _COMPILED: dict[int, dict[int, int]] = {}
 
 
-def prefix_flops(cfg, length: int) -> float:
-    """Forward FLOPs of a causal prefill of ``length`` tokens (docs/flops.md, forward = a third of a step):
-    ``2 N L`` for the decoder's matmuls plus ``2 layers H d L^2`` for causal attention."""
-    return (2.0 * decoder_matmul_params(cfg) * length
-            + 2.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * float(length) ** 2)
-
-
 class SharedPromptScorer:
     """Scores groups of sequences sharing a prefix (one group = one sample's answers).
 
@@ -129,7 +122,7 @@ class SharedPromptScorer:
         compiled = _COMPILED.setdefault(self.chunk, {})
         prefixes = [common_prefix_length(group) for group in groups]
         prefix_buckets = fit_buckets([max(p, 1) for p in prefixes],
-                                     lambda n: repeats * prefix_flops(self.model.config, n),
+                                     lambda n: repeats * prefill_flops(self.model.config, n),
                                      new_bucket_cost=self.new_bucket_flops, multiple=self.chunk, ready=compiled)
         plan = []  # prefix bucket per group
         longest_suffix: dict[int, int] = {}

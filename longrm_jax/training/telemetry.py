@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from longrm_jax.models.config import decoder_matmul_params, output_head_params
+from longrm_jax.models.config import causal_squares, decoder_matmul_params, output_head_params
 from longrm_jax.parallel.topology import CHIPS, chip_of
 from longrm_jax.training.lora import is_adapter
 
@@ -61,13 +61,13 @@ def step_flops(mcfg, head: str, segment_ids: np.ndarray, *, forward_only: bool =
     token, 6 per adapter parameter)."""
     seg = np.asarray(segment_ids)
     tokens = int((seg > 0).sum())
-    sq = 0
+    sq = 0.0  # sum over layers and segments of S^2 (causal_squares: a sliding-window layer counts its window)
     for row in seg.reshape(-1, seg.shape[-1]):
         counts = np.bincount(row[row > 0])
-        sq += int((counts.astype(np.int64) ** 2).sum())
+        sq += sum(causal_squares(mcfg, int(c)) for c in counts if c)
     body = decoder_matmul_params(mcfg)
     head_tokens = tokens if head_tokens is None else head_tokens
-    attention = 6.0 * mcfg.num_layers * mcfg.num_heads * mcfg.head_dim * sq
+    attention = 6.0 * mcfg.num_heads * mcfg.head_dim * sq
     if forward_only:
         adapters = 0 if lora is None else lora.adapter_params
         return (2.0 * (body + adapters) * tokens + 2.0 * output_head_params(mcfg, head) * head_tokens
