@@ -5,19 +5,18 @@ pair accuracy of the BT model ends well above chance (from a random start BT sta
 Long-RewardBench (the judge tokenizer's template ends where BT trains the score: the evaluator reads it there).
 
 Its 450 training steps spend their time running, not compiling: the two trainings run the training CLI (what
-`train.main` is) in a subprocess whose XLA:CPU optimises the machine code (LLVM level 2, as
-`conftest.EXECUTION_HEAVY_COMPILER_OPTIONS`), where the suite's level 0 ran each step about twice as long."""
+`train.main` is) in a subprocess whose XLA:CPU optimises the machine code (tests/helpers/execution_heavy.py),
+where the suite's level 0 ran each step about twice as long."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from longrm_jax import evaluate, export
 from longrm_jax.data import synthetic
 from longrm_jax.data.tiny_tokenizer import TINY_JUDGE_TOKENIZER_DIR
+from helpers.execution_heavy import train_cli
 
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs")
 SHORT = ["log_every=25", "progress=false", "tensorboard=false", "eval_before=false", "data.seq_len=256",
@@ -25,18 +24,10 @@ SHORT = ["log_every=25", "progress=false", "tensorboard=false", "eval_before=fal
 
 
 def _train(config, out, *sets):
-    from conftest import EXECUTION_HEAVY_COMPILER_OPTIONS, xla_flags_with_devices
-
-    # The suite's XLA flags (collective timeouts) on one device, at the execution-heavy optimisation level.
-    level = EXECUTION_HEAVY_COMPILER_OPTIONS["xla_backend_optimization_level"]
-    flags = [f for f in xla_flags_with_devices(1).split() if not f.startswith("--xla_backend_optimization_level")]
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               XLA_FLAGS=" ".join(flags + [f"--xla_backend_optimization_level={level}"]))
-    argv = [sys.executable, "-m", "longrm_jax.train", "--config", os.path.join(CONFIGS, config)]
+    argv = ["--config", os.path.join(CONFIGS, config)]
     for item in [*SHORT, f"output_dir={out}", *sets]:
         argv += ["--set", item]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=500)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    train_cli(argv)
     evals = [json.loads(line) for line in open(out / "metrics.jsonl") if '"eval"' in line]
     return evals[-1]["accuracy"]
 
