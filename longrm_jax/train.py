@@ -63,7 +63,7 @@ def _allow_pinned_host_memory(cfg) -> None:
     """Offloading policies keep activations in pinned host memory, which XLA's GPU client caps at 64 GB unless
     told otherwise before it starts (a 2 x 128K Qwen3-8B pair offloads 72 GiB): raise the cap to the memory
     plan's host budget (``host_memory_budget_gib`` per device, else 75% of the RAM) unless the user set it."""
-    from longrm_jax.training.memory_plan import HOST_RAM_SHARE, host_ram_bytes
+    from longrm_jax.training.memory_budget import HOST_RAM_SHARE, host_ram_bytes
 
     if "XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB" in os.environ:
         return

@@ -9,7 +9,8 @@ import pytest
 from longrm_jax.models.config import ModelConfig
 from longrm_jax.models.decoder import build_model
 from longrm_jax.training import lora
-from longrm_jax.training.memory_plan import AUTO_REMAT_ORDER, GiB, MemoryPlanError, choose, parse_candidate
+from longrm_jax.training.memory_plan import GiB, MemoryPlanError, choose
+from longrm_jax.training.remat_candidates import AUTO_REMAT_ORDER, parse_candidate
 from longrm_jax.training.params import ParamCodec
 from longrm_jax.training.telemetry import LoraFlops, step_flops
 

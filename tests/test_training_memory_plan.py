@@ -50,7 +50,7 @@ H200_2x128K = {"none": (400.0, 0.0), "save_attention_out": (242.0, 0.0), "full":
 # The untiled policies of auto's order (the deviceless figures above predate the tiled MLP; its candidates are
 # tested in tests/test_training_long_context.py).
 def _untiled_order():
-    from longrm_jax.training.memory_plan import AUTO_REMAT_ORDER, TILED_MLP
+    from longrm_jax.training.remat_candidates import AUTO_REMAT_ORDER, TILED_MLP
 
     return tuple(c for c in AUTO_REMAT_ORDER if not c.endswith(TILED_MLP))
 
@@ -95,7 +95,8 @@ def test_partial_offload_candidate_keeps_the_host_within_budget_and_the_rest_on_
     """auto's last resort (memory_plan.partial_offload_candidate): the LoRA 2 x 256K step on an H200 with every
     layer offloaded (compiled: 55.6 GiB on the device, 128 GiB pinned) against a 96 GiB host budget: the first
     24 of 32 layers offload (96 GiB), the other 8 (32 GiB) go to the device (87.6 <= 133 GiB)."""
-    from longrm_jax.training.memory_plan import GiB, ProgramMemory, partial_offload_candidate, split_offloaded
+    from longrm_jax.training.memory_plan import GiB, ProgramMemory, partial_offload_candidate
+    from longrm_jax.training.remat_candidates import split_offloaded
 
     programs = [ProgramMemory("gradients", 0, 0, 0, 0, int(55.6 * GiB), int(128 * GiB))]
     args = ("offload_layer_inputs+tiled_mlp", programs, 32)

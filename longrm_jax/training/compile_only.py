@@ -27,8 +27,8 @@ from longrm_jax.parallel.compiled import cost_flops, describe_counts, flop_text,
 from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.parallel.topology import GiB, Topology, host_count, program_budget, step_seconds
 from longrm_jax.training.config import ModelSection, TrainConfig
-from longrm_jax.training.memory_plan import (HOST_RAM_SHARE, MemoryPlanError, plan_train_step, predicted_host,
-                                             predicted_peak)
+from longrm_jax.training.memory_budget import HOST_RAM_SHARE
+from longrm_jax.training.memory_plan import MemoryPlanError, plan_train_step, predicted_host, predicted_peak
 from longrm_jax.training.mesh_plan import plan_auto_mesh
 from longrm_jax.training.telemetry import step_flops
 

@@ -32,7 +32,8 @@ from longrm_jax.training.data_source import slots as data_slots
 from longrm_jax.training.distributed import maybe_initialize
 from longrm_jax.training.host_memory import check_data_buffers
 from longrm_jax.training.interrupt import StopSignals, TrainingInterrupted
-from longrm_jax.training.memory_plan import GiB, peak_device_gib, plan_train_step, predicted_host
+from longrm_jax.training.memory_budget import peak_device_gib
+from longrm_jax.training.memory_plan import GiB, plan_train_step, predicted_host
 from longrm_jax.training.mesh_plan import plan_auto_mesh
 from longrm_jax.training.model_setup import codec_for, load_model, model_config
 from longrm_jax.training.run_dir import (SetAside, adopt_set_aside_runs, check_fresh_run_allowed,

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -40,52 +39,13 @@ from longrm_jax import xla_log
 from longrm_jax.cli_support import ExitStatus
 from longrm_jax.models.layers import device_twin
 from longrm_jax.parallel.target import target_of
-from longrm_jax.parallel.topology import GPU_RUNTIME_HEADROOM, GiB
+from longrm_jax.parallel.topology import GiB
 from longrm_jax.training.host_memory import cpu_budget_line, cpu_device_budget, format_bytes, format_sizes
+from longrm_jax.training.memory_budget import HOST_RAM_SHARE, device_budget, host_budget
+from longrm_jax.training.remat_candidates import (AUTO_MLP_CHUNK_TOKENS, AUTO_REMAT_ORDER, OFFLOADED_AT,
+                                                  parse_candidate, split_offloaded)
 
 log = logging.getLogger(__name__)
-
-# model.remat: auto tries these, fastest first, and takes the first that fits. The offloading policies come
-# last: they move saved activations over PCIe every step, so they are taken only when nothing on the device fits.
-# "<policy>+tiled_mlp": the policy with the sequence-tiled MLP (model.mlp_chunk_tokens = AUTO_MLP_CHUNK_TOKENS):
-# a layer's [tokens, intermediate] buffers shrink to [chunk, intermediate] for a little re-laying-out of the
-# layer's MLP input and output, cheaper than moving activations over PCIe, so ``full`` tiled comes before the
-# offloading policies and the tiled offloading policy last.
-TILED_MLP = "+tiled_mlp"
-AUTO_REMAT_ORDER = ("none", "save_attention_out", "save_attention_out" + TILED_MLP, "full", "full" + TILED_MLP,
-                    "offload_layer_inputs_and_attention", "offload_layer_inputs", "offload_layer_inputs" + TILED_MLP)
-# What a GPU needs beyond the compiled program's figure (GPU_RUNTIME_HEADROOM): cuDNN's attention workspaces
-# (measured on an H200, Qwen3-8B 2 x 64K: peak 119.8 GiB for 115.8 predicted) and room against fragmentation (an
-# H100 run planned at 74.7 of 75.2 GiB failed to place its 60.4 GiB temporary block). Kept free when the budget
-# comes from the allocator; an explicit memory_budget_gib is taken as given. Compile-only budgets take the same
-# (parallel.topology.program_budget).
-# Tokens per MLP chunk that auto uses: the chunk's matmuls ([8192, D] x [D, F]) still fill a Hopper GPU, and its
-# intermediates are 0.2 GiB each at F = 14336 in bf16.
-AUTO_MLP_CHUNK_TOKENS = 8192
-
-
-# "<candidate>@N": the candidate with model.offloaded_layers = N (only the first N layers offload). auto adds one
-# when every candidate it tried fits the device but not the host budget (:func:`partial_offload_candidate`).
-OFFLOADED_AT = "@"
-
-
-def split_offloaded(candidate: str) -> tuple[str, int | None]:
-    """(candidate without ``@N``, N or None)."""
-    name, at, layers = candidate.partition(OFFLOADED_AT)
-    return name, int(layers) if at else None
-
-
-def parse_candidate(candidate: str, mlp_chunk_tokens: int) -> tuple[str, int]:
-    """(remat policy, mlp_chunk_tokens) of an auto candidate; ``mlp_chunk_tokens``: the configured value (a
-    configured tiling applies to every candidate)."""
-    candidate = split_offloaded(candidate)[0]
-    if candidate.endswith(TILED_MLP):
-        return candidate[: -len(TILED_MLP)], mlp_chunk_tokens or AUTO_MLP_CHUNK_TOKENS
-    return candidate, mlp_chunk_tokens
-# Share of the host's RAM that pinned activation buffers may take when no host budget is configured: the rest is
-# for the process itself (data pipeline, checkpoint I/O, the Python heap).
-HOST_RAM_SHARE = 0.75
-
 
 class MemoryPlanError(RuntimeError):
     """The compiled train step needs more device memory than there is. ``tried``: the candidates' one-line
@@ -197,48 +157,8 @@ def predicted_host(programs: list[ProgramMemory]) -> int:
     return max((p.host for p in programs), default=0)
 
 
-def host_ram_bytes() -> int | None:
-    """Physical RAM of this host (None where the OS does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def host_budget(local_devices: int, budget_gib: float | None = None) -> int | None:
-    """Pinned host bytes one device's program may use: ``budget_gib`` when given (per device), else
-    ``HOST_RAM_SHARE`` of the host's RAM shared by this process's local devices (their programs each hold
-    their own offloaded activations). None when the RAM is unknown: no host check then."""
-    if budget_gib is not None:
-        return int(budget_gib * GiB)
-    ram = host_ram_bytes()
-    return None if ram is None else int(HOST_RAM_SHARE * ram / max(1, local_devices))
-
-
-def device_budget(devices, budget_gib: float | None = None) -> int | None:
-    """Bytes one device may use: ``budget_gib`` when given, else the smallest ``bytes_limit`` of the devices'
-    allocators (GPU/TPU; the GPU pool is ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of the card), less ``GPU_RUNTIME_HEADROOM``
-    on a GPU. None on backends that
-    report no limit (CPU): no check there unless a budget is configured."""
-    if budget_gib is not None:
-        return int(budget_gib * GiB)
-    limits = []
-    for d in devices:
-        stats = d.memory_stats() if hasattr(d, "memory_stats") else None
-        if not stats or not stats.get("bytes_limit"):
-            return None
-        headroom = GPU_RUNTIME_HEADROOM if getattr(d, "platform", "") == "gpu" else 0
-        limits.append(int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)) - headroom)
-    return min(limits) if limits else None
-
-
-def peak_device_gib(mesh) -> float | None:
-    """Largest peak allocator use so far over this process's devices of ``mesh`` (None where not reported)."""
-    peaks = [(d.memory_stats() or {}).get("peak_bytes_in_use") for d in mesh.local_devices]
-    return max(peaks) / GiB if peaks and all(p is not None for p in peaks) else None
-
-
-# Every knob that can lower a step's device memory; ``reduce_hints`` names those a given config can still turn.
+# Every knob that can lower a step's device memory: what a refusal names when the caller has not narrowed them to
+# the config's own (``reduce_hints``, which the plan passes).
 REDUCE_HINTS = (
     "model.remat=full (or auto: the fastest policy that fits)",
     "model.mlp_chunk_tokens=8192 (the sequence-tiled MLP)",
