@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from longrm_jax.cli_support import visible_gpu_ids
 from longrm_jax.evaluation.estimate import DEVICES, prefill_flops
 from longrm_jax.evaluation.samples import EvalSample
-from longrm_jax.evaluation.slot_plan import kv_cache_bytes
+from longrm_jax.evaluation.slot_plan import kv_cache_bytes, plan_slots
 
 logger = logging.getLogger(__name__)
 
@@ -161,8 +161,6 @@ def split_long(samples: Sequence[EvalSample], config, dtype: str, *, is_disrm: b
     """Per sample: too long for one replica's device. ``max_tokens`` (``--replica-max-tokens``) sets the limit
     in tokens; otherwise the slot plan decides from one device's memory (nothing is too long where that is
     unknown, e.g. CPU replicas)."""
-    from longrm_jax.evaluation.slot_plan import plan_slots
-
     columns = [one_device_columns(s, is_disrm=is_disrm, max_new_tokens=max_new_tokens) for s in samples]
     if max_tokens is not None:
         return [c > max_tokens for c in columns]

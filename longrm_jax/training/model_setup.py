@@ -36,25 +36,21 @@ def _gemma3(*, num_layers: int, sliding_window: int, query_pre_attn_scalar: int,
                 **fields, **shape)
 
 
+# The tiny presets' common shape (CPU tests and recipes); each family adds what sets it apart.
+_TINY = dict(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+             max_position_embeddings=32768)
+
 # Architectures for random init. vocab_size / token ids of the tiny ones come from the run's tokenizer.
 PRESETS: dict[str, dict] = {
-    "tiny_qwen3": dict(family="qwen3", qk_norm=True, hidden_size=64, intermediate_size=128, num_layers=2,
-                       num_heads=4, num_kv_heads=2, head_dim=16, rms_norm_eps=1e-6, rope_theta=1e6,
-                       max_position_embeddings=32768, tie_word_embeddings=True),
-    "tiny_llama": dict(family="llama", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
-                       num_kv_heads=2, head_dim=16, rms_norm_eps=1e-5, rope_theta=5e5,
-                       max_position_embeddings=32768),
+    "tiny_qwen3": dict(_TINY, family="qwen3", qk_norm=True, rms_norm_eps=1e-6, rope_theta=1e6,
+                       tie_word_embeddings=True),
+    "tiny_llama": dict(_TINY, family="llama", rms_norm_eps=1e-5, rope_theta=5e5),
     # Tiny ones of the issue-43 families, each with what sets it apart: Qwen2's q/k/v biases, Mistral's head_dim
     # apart from hidden / heads (as Nemo's), Gemma 3's 7 layers (6 sliding, the 6th global) with a 64-token window.
-    "tiny_qwen2": dict(family="qwen2", qkv_bias=True, hidden_size=64, intermediate_size=128, num_layers=2,
-                       num_heads=4, num_kv_heads=2, head_dim=16, rms_norm_eps=1e-6, rope_theta=1e6,
-                       max_position_embeddings=32768, tie_word_embeddings=True),
-    "tiny_mistral": dict(family="mistral", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
-                         num_kv_heads=2, head_dim=32, rms_norm_eps=1e-5, rope_theta=1e6,
-                         max_position_embeddings=32768),
-    "tiny_gemma3": _gemma3(num_layers=7, sliding_window=64, query_pre_attn_scalar=16, hidden_size=64,
-                           intermediate_size=128, num_heads=4, num_kv_heads=2, head_dim=16,
-                           max_position_embeddings=32768),
+    "tiny_qwen2": dict(_TINY, family="qwen2", qkv_bias=True, rms_norm_eps=1e-6, rope_theta=1e6,
+                       tie_word_embeddings=True),
+    "tiny_mistral": dict(_TINY, family="mistral", head_dim=32, rms_norm_eps=1e-5, rope_theta=1e6),
+    "tiny_gemma3": _gemma3(**dict(_TINY, num_layers=7), sliding_window=64, query_pre_attn_scalar=16),
     # The 8B shapes of docs/upstream.md "Architectures" (random weights: benchmarks).
     "qwen3_8b": dict(family="qwen3", qk_norm=True, vocab_size=151936, hidden_size=4096, intermediate_size=12288,
                      num_layers=36, num_heads=32, num_kv_heads=8, head_dim=128, rms_norm_eps=1e-6,
