@@ -5,12 +5,13 @@
 # longrm_jax.evaluate with --replicas 4 (one per GPU). The persistent compilation cache (compilation_cache) lets the
 # resumed process reuse the killed one's compiled step. Phase table and logs in $OUT (e2e.log as it goes).
 # Run: bash scripts/device/callW_e2e_x4.sh   (L=32768 EVAL_SAMPLES=1 for a shorter chain: at 2 x 64K on 4 x H100 the
-# chain reached its evaluation after 530 s and was cut there, session 20)
+# chain reached its evaluation after 530 s and was cut there, session 20). DEVICES=2 runs it on 2 GPUs; W=/dev/shm/e2e
+# puts the training checkpoints in RAM (the lent machines' disks write ~0.85 GB/s: ~55 s per 48 GB save).
 source scripts/device/common.sh
-W=/tmp/e2e_x4; L=${L:-65536}
+W=${W:-/tmp/e2e_x4}; L=${L:-65536}; DEVICES=${DEVICES:-4}
 ( while sleep 5; do echo "$(date -u +%T) host_used_GiB=$(free -g | awk '/Mem:/{print $3}') gpu=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"; done ) > $OUT/e2e_x4.mon &
 MON=$!
-ARGS=(--model qwen3_8b --devices 4 --length $L --scratch /dev/shm --eval-samples ${EVAL_SAMPLES:-2} --set compilation_cache=/tmp/jaxcache)
+ARGS=(--model qwen3_8b --devices $DEVICES --length $L --scratch /dev/shm --eval-samples ${EVAL_SAMPLES:-2} --set compilation_cache=/tmp/jaxcache)
 echo "=== $(date -u +%T) python3 scripts/e2e_gpu.py ${ARGS[*]} --work $W --keep --benchmarks-md $OUT/benchmarks_section.md" | tee $OUT/summary.txt
 timeout ${E2E_S:-580} python3 scripts/e2e_gpu.py "${ARGS[@]}" --work $W --keep --benchmarks-md $OUT/benchmarks_section.md 2>&1 | tee $OUT/e2e.log | tail -40
 echo "rc=$?" | tee -a $OUT/summary.txt
