@@ -17,9 +17,11 @@ r holds chunks ``r`` and ``2n-1-r`` (``parallel.zigzag``), so every device does 
   - step 0 (its own block): a causal call on the local tokens (local order is increasing in global order);
   - a block from device j < r: all local queries see exactly the first half of the keys (non-causal call);
   - a block from device j > r: exactly the second half of the queries see all the keys (non-causal call).
-Every off-diagonal step is thus a half-size call with no mask, chosen with ``lax.cond``: the hidden half
-is never computed. With ``zigzag=False`` (contiguous shards) blocks from later devices are skipped with
-``lax.cond`` (the device idles: contiguous causal rings are unbalanced, which is why zigzag is default).
+Every off-diagonal step is thus half a block with no mask, run as two c x c calls (c = T/2n) whose chunk offsets
+depend on ``src < me`` (``_zigzag_pairs``): the hidden half is never computed, every device runs the same kernels,
+and the accumulators are updated in place. With ``zigzag=False`` (contiguous shards) blocks from later devices
+are skipped with ``lax.cond`` (the device idles: contiguous causal rings are unbalanced, which is why zigzag is
+the default).
 
 The token reordering is done once, on the data side (``parallel.zigzag``): reorder every [B, T] array (ids,
 positions, segment ids, targets) with ``zigzag_reorder`` before the model, and undo it with ``zigzag_restore``
@@ -47,23 +49,39 @@ from longrm_jax.parallel.placement import BATCH_AXES, divisible_axes
 HEAD_AXIS = "tensor"
 
 
-# ------------------------------------------------------------------------------------------ LSE helpers
+# ------------------------------------------------------------------------------------ half-block helpers
 
 
-def _pad_half(x, axis, first):
-    """Put ``x`` into the first or second half of an array twice its size along ``axis`` (zeros elsewhere)."""
-    pad = [(0, 0)] * x.ndim
-    pad[axis] = (0, x.shape[axis]) if first else (x.shape[axis], 0)
-    return jnp.pad(x, pad)
+def _part(x, start, size, axis):
+    """``size`` entries of ``x`` from ``start`` (a Python int or a traced scalar) along ``axis``."""
+    if isinstance(start, int):
+        return lax.slice_in_dim(x, start, start + size, axis=axis)
+    return lax.dynamic_slice_in_dim(x, start, size, axis=axis)
 
 
-def _halves(x, axis):
-    h = x.shape[axis] // 2
-    return lax.slice_in_dim(x, 0, h, axis=axis), lax.slice_in_dim(x, h, 2 * h, axis=axis)
+def _add_part(acc, start, part, axis):
+    """``acc`` with ``part`` added to its entries from ``start`` along ``axis`` (an in-place update)."""
+    return lax.dynamic_update_slice_in_dim(acc, _part(acc, start, part.shape[axis], axis) + part.astype(acc.dtype),
+                                           start, axis)
 
 
-def _seg_halves(seg):
-    return (None, None) if seg is None else _halves(seg, 1)
+def _zigzag_pairs(src, me, c):
+    """The two (query start, key start) chunk pairs, each c x c, of a zigzag off-diagonal block.
+
+    From an earlier device (src < me) both local query chunks see the first key chunk: (0, 0), (c, 0). From a
+    later one the second query chunk sees both key chunks: (c, 0), (c, c). As two square calls whose offsets are
+    data (no ``lax.cond``), every device runs the same kernels and updates its accumulators in place: a cond that
+    passes the accumulators through its branches copies them (1 GiB of fp32 per block at 2 x 128K over 4 GPUs),
+    and padding a half-size result to full size costs a full-size write and read."""
+    earlier = src < me
+    return (jnp.where(earlier, 0, c), 0), (c, jnp.where(earlier, 0, c))
+
+
+def _as_first_partial(out, lse):
+    """A block's (out, lse) as the accumulators' starting value: fp32, zero where the block saw no key (what
+    ``merge_partial`` into empty accumulators gives)."""
+    seen = ~jnp.isneginf(lse).transpose(0, 2, 1)[..., None]
+    return jnp.where(seen, out.astype(jnp.float32), 0.0), lse
 
 
 # ------------------------------------------------------------------------------------ per-device ring
@@ -75,74 +93,75 @@ def _block_case(step, src, me, causal, zigzag):
         return "diag" if causal else "full"
     if not causal:
         return "full"
-    return None  # depends on src < me: decided with lax.cond
+    return None  # depends on src < me, known at run time
 
 
-def _fwd_block(kernel, step, src, me, q, k, v, q_seg, kv_seg, causal, zigzag, scale):
-    """(out fp32 [B,T,H,D], lse [B,H,T]) of the local queries against the key block from device ``src``."""
+def _fwd_block(kernel, step, src, me, q, k, v, q_seg, kv_seg, causal, zigzag, scale, acc):
+    """The accumulators ``acc`` = (out fp32 [B,T,H,D], lse [B,H,T]) merged with the local queries' attention to the
+    key block from device ``src`` (at step 0, ``acc`` is None: the block's own result starts them)."""
 
     def call(q_, k_, v_, qs, ks, c):
-        out, lse = kernel.fwd(q_, k_, v_, q_segment_ids=qs, kv_segment_ids=ks, causal=c, scale=scale)
-        return out.astype(jnp.float32), lse
+        return kernel.fwd(q_, k_, v_, q_segment_ids=qs, kv_segment_ids=ks, causal=c, scale=scale)
 
     case = _block_case(step, src, me, causal, zigzag)
-    if case == "diag":  # own block: kv segment ids are q's (passing the same array lets kernels know)
-        return call(q, k, v, q_seg, q_seg, True)
-    if case == "full":
-        return call(q, k, v, q_seg, kv_seg, False)
+    if case is not None:
+        # own block (diag): kv segment ids are q's (passing the same array lets kernels know)
+        part = call(q, k, v, q_seg, q_seg if case == "diag" else kv_seg, case == "diag")
+        return _as_first_partial(*part) if acc is None else merge_partial(*acc, *part)
 
-    b, t, h, _ = q.shape
     if zigzag:
-        def earlier(_):  # all queries see the first key chunk
-            k0, v0 = _halves(k, 1)[0], _halves(v, 1)[0]
-            return call(q, k0, v0, q_seg, _seg_halves(kv_seg)[0], False)
+        c = q.shape[1] // 2
+        for qs, ks in _zigzag_pairs(src, me, c):
+            out, lse = call(_part(q, qs, c, 1), _part(k, ks, c, 1), _part(v, ks, c, 1),
+                            None if q_seg is None else _part(q_seg, qs, c, 1),
+                            None if kv_seg is None else _part(kv_seg, ks, c, 1), False)
+            out_acc, lse_acc = acc
+            out_h, lse_h = merge_partial(_part(out_acc, qs, c, 1), _part(lse_acc, qs, c, 2), out, lse)
+            acc = (lax.dynamic_update_slice_in_dim(out_acc, out_h, qs, 1),
+                   lax.dynamic_update_slice_in_dim(lse_acc, lse_h, qs, 2))
+        return acc
 
-        def later(_):  # the second query chunk sees both key chunks
-            out, lse = call(_halves(q, 1)[1], k, v, _seg_halves(q_seg)[1], kv_seg, False)
-            return _pad_half(out, 1, first=False), jnp.concatenate(
-                [jnp.full((b, h, t // 2), -jnp.inf, jnp.float32), lse], axis=2)
-    else:
-        def earlier(_):
-            return call(q, k, v, q_seg, kv_seg, False)
+    def earlier(acc):
+        return merge_partial(*acc, *call(q, k, v, q_seg, kv_seg, False))
 
-        def later(_):  # a block wholly in the future: nothing to compute
-            return jnp.zeros(q.shape, jnp.float32), jnp.full((b, h, t), -jnp.inf, jnp.float32)
+    def later(acc):  # contiguous shards: a block wholly in the future, nothing to compute
+        return acc
 
-    return lax.cond(src < me, earlier, later, None)
+    return lax.cond(src < me, earlier, later, acc)
 
 
-def _bwd_block(kernel, step, src, me, q, k, v, out, lse, dout, q_seg, kv_seg, causal, zigzag, scale):
-    """fp32 (dq, dk, dv) of this key block's share, from the global out/lse."""
+def _bwd_block(kernel, step, src, me, q, k, v, out, lse, dout, q_seg, kv_seg, causal, zigzag, scale, grads):
+    """The fp32 accumulators ``grads`` = (dq, dk, dv) plus this key block's share, from the global out/lse."""
 
     def call(q_, k_, v_, o_, l_, do_, qs, ks, c):
-        grads = kernel.bwd(q_, k_, v_, o_, l_, do_, q_segment_ids=qs, kv_segment_ids=ks, causal=c, scale=scale)
-        return tuple(g.astype(jnp.float32) for g in grads)
+        return kernel.bwd(q_, k_, v_, o_, l_, do_, q_segment_ids=qs, kv_segment_ids=ks, causal=c, scale=scale)
+
+    def add_all(grads, parts):
+        return tuple(a + g.astype(jnp.float32) for a, g in zip(grads, parts))
 
     case = _block_case(step, src, me, causal, zigzag)
-    if case == "diag":
-        return call(q, k, v, out, lse, dout, q_seg, q_seg, True)
-    if case == "full":
-        return call(q, k, v, out, lse, dout, q_seg, kv_seg, False)
+    if case is not None:
+        return add_all(grads, call(q, k, v, out, lse, dout, q_seg, q_seg if case == "diag" else kv_seg,
+                                   case == "diag"))
 
     if zigzag:
-        def earlier(_):
-            k0, v0 = _halves(k, 1)[0], _halves(v, 1)[0]
-            dq, dk, dv = call(q, k0, v0, out, lse, dout, q_seg, _seg_halves(kv_seg)[0], False)
-            return dq, _pad_half(dk, 1, first=True), _pad_half(dv, 1, first=True)
+        c = q.shape[1] // 2
+        for qs, ks in _zigzag_pairs(src, me, c):
+            dq_s, dk_s, dv_s = call(_part(q, qs, c, 1), _part(k, ks, c, 1), _part(v, ks, c, 1),
+                                    _part(out, qs, c, 1), _part(lse, qs, c, 2), _part(dout, qs, c, 1),
+                                    None if q_seg is None else _part(q_seg, qs, c, 1),
+                                    None if kv_seg is None else _part(kv_seg, ks, c, 1), False)
+            dq, dk, dv = grads
+            grads = (_add_part(dq, qs, dq_s, 1), _add_part(dk, ks, dk_s, 1), _add_part(dv, ks, dv_s, 1))
+        return grads
 
-        def later(_):
-            dq, dk, dv = call(_halves(q, 1)[1], k, v, _halves(out, 1)[1], _halves(lse, 2)[1],
-                              _halves(dout, 1)[1], _seg_halves(q_seg)[1], kv_seg, False)
-            return _pad_half(dq, 1, first=False), dk, dv
-    else:
-        def earlier(_):
-            return call(q, k, v, out, lse, dout, q_seg, kv_seg, False)
+    def earlier(grads):
+        return add_all(grads, call(q, k, v, out, lse, dout, q_seg, kv_seg, False))
 
-        def later(_):
-            return (jnp.zeros(q.shape, jnp.float32), jnp.zeros(k.shape, jnp.float32),
-                    jnp.zeros(v.shape, jnp.float32))
+    def later(grads):  # contiguous shards: nothing to compute
+        return grads
 
-    return lax.cond(src < me, earlier, later, None)
+    return lax.cond(src < me, earlier, later, grads)
 
 
 def _ring_perm(n):
@@ -152,21 +171,20 @@ def _ring_perm(n):
 def _ring_forward(q, k, v, q_seg, kv_seg, *, axis, n, kernel, causal, zigzag, scale, window):
     me = lax.axis_index(axis) if n > 1 else 0
     perm = _ring_perm(n)
-    b, t, h, d = q.shape
-    out_acc = jnp.zeros((b, t, h, d), jnp.float32)
-    lse_acc = jnp.full((b, h, t), -jnp.inf, jnp.float32)
+    acc = None  # (out fp32, lse), started by step 0's block
     kv = (k, v, kv_seg)
     for step in range(n):
         # Issue the next block's transfer first: it does not depend on this step's compute.
         nxt = lax.ppermute(kv, axis, perm) if step < n - 1 else None
         src = (me - step) % n
         if window is None:
-            out, lse = _fwd_block(kernel, step, src, me, q, kv[0], kv[1], q_seg, kv[2], causal, zigzag, scale)
+            acc = _fwd_block(kernel, step, src, me, q, kv[0], kv[1], q_seg, kv[2], causal, zigzag, scale, acc)
         else:  # a sliding-window layer: XLA blocks on global positions, pairs outside the window skipped
-            out, lse = window_fwd_block(q, kv[0], kv[1], q_seg, kv[2], me, src, n=n, zigzag=zigzag, window=window,
-                                        scale=scale)
-        out_acc, lse_acc = merge_partial(out_acc, lse_acc, out, lse)
+            part = window_fwd_block(q, kv[0], kv[1], q_seg, kv[2], me, src, n=n, zigzag=zigzag, window=window,
+                                    scale=scale)
+            acc = _as_first_partial(*part) if acc is None else merge_partial(*acc, *part)
         kv = nxt
+    out_acc, lse_acc = acc
     return out_acc.astype(q.dtype), lse_acc
 
 
@@ -174,24 +192,23 @@ def _ring_backward(q, k, v, out, lse, dout, q_seg, kv_seg, *, axis, n, kernel, c
     me = lax.axis_index(axis) if n > 1 else 0
     perm = _ring_perm(n)
     dq = jnp.zeros(q.shape, jnp.float32)
-    dkv = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32))
+    dk, dv = jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32)
     kv = (k, v, kv_seg)
     for step in range(n):
         nxt = lax.ppermute(kv, axis, perm) if step < n - 1 else None
         src = (me - step) % n
         if window is None:
-            dq_s, dk_s, dv_s = _bwd_block(kernel, step, src, me, q, kv[0], kv[1], out, lse, dout, q_seg, kv[2],
-                                          causal, zigzag, scale)
+            dq, dk, dv = _bwd_block(kernel, step, src, me, q, kv[0], kv[1], out, lse, dout, q_seg, kv[2],
+                                    causal, zigzag, scale, (dq, dk, dv))
         else:
-            dq_s, dk_s, dv_s = window_bwd_block(q, kv[0], kv[1], out, lse, dout, q_seg, kv[2], me, src, n=n,
-                                                zigzag=zigzag, window=window, scale=scale)
-        dq = dq + dq_s
-        # The accumulators travel with their key block; after n hops they are back on the owner.
-        dkv = (dkv[0] + dk_s, dkv[1] + dv_s)
+            parts = window_bwd_block(q, kv[0], kv[1], out, lse, dout, q_seg, kv[2], me, src, n=n,
+                                     zigzag=zigzag, window=window, scale=scale)
+            dq, dk, dv = (a + g.astype(jnp.float32) for a, g in zip((dq, dk, dv), parts))
+        # The dk/dv accumulators travel with their key block; after n hops they are back on the owner.
         if n > 1:
-            dkv = lax.ppermute(dkv, axis, perm)
+            dk, dv = lax.ppermute((dk, dv), axis, perm)
         kv = nxt
-    return dq.astype(q.dtype), dkv[0].astype(k.dtype), dkv[1].astype(v.dtype)
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
