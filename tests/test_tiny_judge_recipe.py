@@ -1,7 +1,7 @@
 """The tiny judge recipe of README "A judge from scratch", shortened to a few steps: the shipped configs chained
 through the CLIs as scripts/tiny_judge.sh chains them (needle LM; GRM SFT from it -> SimPO from its checkpoint ->
 export -> evaluate --both-orders) on freshly generated synthetic files. The recipe's DisRM half (the LM's export ->
-BT from it -> export -> evaluate --is-disrm --both-orders) runs in tests/test_tiny_disrm_learns.py, long enough
+BT from it -> export -> evaluate --is-disrm --both-orders) runs in tests/test_tiny_judges_learn.py, long enough
 to check that it learns.
 
 It checks that the recipe runs and that its pieces fit (paths, stage 2 from stage 1, judge tokenizer in the
