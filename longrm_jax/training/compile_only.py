@@ -26,7 +26,7 @@ from longrm_jax.ops.flash import compiling_for
 from longrm_jax.parallel.compiled import cost_flops, describe_counts, flop_text, hlo_op_counts
 from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.parallel.topology import GiB, Topology, host_count, program_budget, step_seconds
-from longrm_jax.training.config import ModelSection, TrainConfig
+from longrm_jax.training.config_schema import ModelSection, TrainConfig
 from longrm_jax.training.memory_budget import HOST_RAM_SHARE
 from longrm_jax.training.memory_plan import MemoryPlanError, plan_train_step, predicted_host, predicted_peak
 from longrm_jax.training.mesh_plan import plan_auto_mesh

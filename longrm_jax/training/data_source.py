@@ -25,7 +25,7 @@ from longrm_jax.data.readers import read_records
 from longrm_jax.data.records import PreferenceRecord, Provenance, SFTRecord
 from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
 from longrm_jax.data.tokenize import ChatTokenizer, TruncationConfig, TruncationStats
-from longrm_jax.training.config import DataSection, TrainConfig
+from longrm_jax.training.config_schema import DataSection, TrainConfig
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import os
 import jax
 
 from longrm_jax.cli_support import InputError
-from longrm_jax.training.config import DistributedSection
+from longrm_jax.training.config_schema import DistributedSection
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,8 @@ from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.training import batches as batch_lib
 from longrm_jax.training.checkpoint import Checkpointer, completed_steps, is_training_checkpoint, saved_run_config
 from longrm_jax.training.checkpoint_check import find_resume_point, restore_newest_intact
-from longrm_jax.training.config import TrainConfig, to_yaml
+from longrm_jax.training.config import to_yaml
+from longrm_jax.training.config_schema import TrainConfig
 from longrm_jax.training.data_source import (count_batches, degenerate_groups, eval_batches, load_tokenizer,
                                              missing_eval_reason, train_iterator, train_records)
 from longrm_jax.training.data_source import slots as data_slots

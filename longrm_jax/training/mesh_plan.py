@@ -23,7 +23,7 @@ import numpy as np
 from longrm_jax.cli_support import InputError
 from longrm_jax.parallel import mesh_choice
 from longrm_jax.parallel.mesh import MESH_AXES, make_mesh
-from longrm_jax.training.config import TrainConfig
+from longrm_jax.training.config_schema import TrainConfig
 from longrm_jax.training.memory_plan import MemoryPlanError, StepPlan, plan_train_step, predicted_peak
 from longrm_jax.training.mesh_config import MeshSection
 

@@ -16,7 +16,7 @@ from longrm_jax.hf.load import load_pretrained, read_hf_config
 from longrm_jax.models import ModelConfig, build_model
 from longrm_jax.models.config import from_hf_config
 from longrm_jax.models.gemma3_config import gemma3_fields
-from longrm_jax.training.config import ConfigError, TrainConfig
+from longrm_jax.training.config_schema import ConfigError, TrainConfig
 from longrm_jax.training.params import ParamCodec, shardings
 from longrm_jax.training.state import param_sharding_rules
 

@@ -21,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from longrm_jax.parallel.mesh import DEFAULT_RULES
 from longrm_jax.training import lora
-from longrm_jax.training.config import LoraSection, OptimSection, TrainConfig
+from longrm_jax.training.config_schema import LoraSection, OptimSection, TrainConfig
 from longrm_jax.training.params import ParamCodec, cast, shardings
 
 

@@ -30,7 +30,7 @@ import optax
 
 from longrm_jax import losses
 from longrm_jax.parallel.placement import on_own_rows
-from longrm_jax.training.config import LossSection, TrainConfig
+from longrm_jax.training.config_schema import LossSection, TrainConfig
 from longrm_jax.training.params import ParamCodec
 from longrm_jax.training.lora import split_layer_branches
 from longrm_jax.training.state import TrainState
