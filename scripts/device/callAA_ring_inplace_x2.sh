@@ -2,13 +2,15 @@
 # accumulators updated in place; commit after edc3fc2) against the previous ring (half-size calls padded to full
 # size under lax.cond), on the same 2 GPUs: one 2 x 64K pair over mesh.seq=2 (each GPU 64K tokens: the per-GPU
 # load and c = 16K of the 2 x 128K pair over seq=4), Qwen3-8B SimPO, bf16, remat save_attention_out, 3 steps each.
-# The previous ring is a copy of longrm_jax at edc3fc2 in .prev/ (git-excluded, carried), put first on PYTHONPATH.
+# The previous ring is a copy of longrm_jax at edc3fc2 in .prev/ (git-excluded; carry it with .whl).
 # Run: bash scripts/device/callAA_ring_inplace_x2.sh   (ORDER="new old" by default)
 source scripts/device/common.sh
 BASE=(--set model.preset=qwen3_8b --set model.param_dtype=bfloat16 --set model.remat=save_attention_out
       --set data.num_train=64 --set mesh.seq=2)
+# `python -m` puts the working directory first on sys.path, so the previous package runs from inside .prev/ (a
+# PYTHONPATH entry alone loses to the checkout's longrm_jax).
 for v in ${ORDER:-new old}; do
-  if [ $v = old ]; then PP=$PWD/.prev:$PYTHONPATH; else PP=$PYTHONPATH; fi
-  PYTHONPATH=$PP STEPS=3 run_train ring2_$v 230 configs/qwen3_8b_grm_simpo.yaml 65536 "${BASE[@]}"
-  PYTHONPATH=$PP python3 -c "import longrm_jax.ops.ring as r; print('ring module', r.__file__, 'in-place' if hasattr(r, '_zigzag_pairs') else 'padded')" | tee -a $OUT/summary.txt
+  if [ $v = old ]; then D=.prev; ln -sfn ../configs .prev/configs; else D=.; fi
+  ( cd $D && STEPS=3 run_train ring2_$v 230 configs/qwen3_8b_grm_simpo.yaml 65536 "${BASE[@]}"
+    python3 -c "import longrm_jax.ops.ring as r; print('ring module', r.__file__, 'in-place' if hasattr(r, '_zigzag_pairs') else 'padded')" | tee -a $OUT/summary.txt )
 done
