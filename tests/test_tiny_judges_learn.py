@@ -6,7 +6,7 @@ LM on short synthetic contexts, for far fewer steps. Both reward models must *ju
   template ends where BT trains the score: the evaluator reads it there).
 - GRM: judge SFT (stage 1) from the LM's checkpoint. Its held-out pairs (the right judgement against the wrong one,
   in the evaluator's judge prompt) must go from chance to >= 90% by the trained judge's log-probs: the judge has to
-  read the document to prefer "The document says <the needle>...". The same 60 steps from a random start end at
+  read the document to prefer "The document says <the needle>...". 60 steps from a random start end at
   chance (54.7% measured), and so would a broken SFT loss. A judge that *generates* the right verdict in both orders
   needs 5-6 minutes of CPU training (docs/benchmarks.md "Tiny judge recipe"), beyond CI: here its export is only
   checked to judge the benchmark with parsable verdicts; the README's 96.8% comes from `bash scripts/tiny_judge.sh`.
@@ -61,7 +61,7 @@ def test_tiny_judges_learn_to_read_the_document(tmp_path):
     assert both["mean_accuracy_all_orders"] >= 0.8, both  # 28 pairs x 2 orders: chance 50% +- 7%
 
     # GRM stage 1 from the same LM: the judge's log-probs prefer the right judgement on held-out pairs
-    before, after = _train("tiny_grm_sft.yaml", tmp_path / "sft", "steps=60", "eval_before=true",
+    before, after = _train("tiny_grm_sft.yaml", tmp_path / "sft", "steps=120", "eval_before=true",
                            f"model.init={tmp_path / 'lm' / 'checkpoints'}",
                            f"data.source={data / 'judge_sft_train.jsonl'}", f"data.eval_source={data / 'judge_eval.jsonl'}")
     assert before <= 0.7, before  # the LM alone does not judge (53.1% measured; 64 pairs: chance 50% +- 6%)
@@ -70,6 +70,8 @@ def test_tiny_judges_learn_to_read_the_document(tmp_path):
     code = evaluate.main(["--model-path", str(tmp_path / "grm_hf"), "--data-path", str(data / "long_rewardbench"),
                           "--save-path", str(tmp_path / "grm_eval"), "--tasks", "LongQA", "--both-orders",
                           "--dtype", "float32", "--max-new-tokens", "64", "--no-progress"])
+    # 120 steps: at 60 the held-out pairs were already at 100%, but one CI run's judge still wrote no verdict in
+    # 64 tokens (8 of 8 unparsable; a judgement is 39 tokens)
     assert code == 0, code
     results = json.loads((tmp_path / "grm_eval" / "results.json").read_text())
     assert results["both_orders"]["samples"] == 4
