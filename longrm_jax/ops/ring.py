@@ -53,7 +53,10 @@ HEAD_AXIS = "tensor"
 
 
 def _part(x, start, size, axis):
-    """``size`` entries of ``x`` from ``start`` (a Python int or a traced scalar) along ``axis``."""
+    """``size`` entries of ``x`` from ``start`` (a Python int or a traced scalar) along ``axis``; None stays None
+    (absent segment ids)."""
+    if x is None:
+        return None
     if isinstance(start, int):
         return lax.slice_in_dim(x, start, start + size, axis=axis)
     return lax.dynamic_slice_in_dim(x, start, size, axis=axis)
@@ -112,9 +115,8 @@ def _fwd_block(kernel, step, src, me, q, k, v, q_seg, kv_seg, causal, zigzag, sc
     if zigzag:
         c = q.shape[1] // 2
         for qs, ks in _zigzag_pairs(src, me, c):
-            out, lse = call(_part(q, qs, c, 1), _part(k, ks, c, 1), _part(v, ks, c, 1),
-                            None if q_seg is None else _part(q_seg, qs, c, 1),
-                            None if kv_seg is None else _part(kv_seg, ks, c, 1), False)
+            out, lse = call(_part(q, qs, c, 1), _part(k, ks, c, 1), _part(v, ks, c, 1), _part(q_seg, qs, c, 1),
+                            _part(kv_seg, ks, c, 1), False)
             out_acc, lse_acc = acc
             out_h, lse_h = merge_partial(_part(out_acc, qs, c, 1), _part(lse_acc, qs, c, 2), out, lse)
             acc = (lax.dynamic_update_slice_in_dim(out_acc, out_h, qs, 1),
@@ -149,8 +151,7 @@ def _bwd_block(kernel, step, src, me, q, k, v, out, lse, dout, q_seg, kv_seg, ca
         for qs, ks in _zigzag_pairs(src, me, c):
             dq_s, dk_s, dv_s = call(_part(q, qs, c, 1), _part(k, ks, c, 1), _part(v, ks, c, 1),
                                     _part(out, qs, c, 1), _part(lse, qs, c, 2), _part(dout, qs, c, 1),
-                                    None if q_seg is None else _part(q_seg, qs, c, 1),
-                                    None if kv_seg is None else _part(kv_seg, ks, c, 1), False)
+                                    _part(q_seg, qs, c, 1), _part(kv_seg, ks, c, 1), False)
             dq, dk, dv = grads
             grads = (_add_part(dq, qs, dq_s, 1), _add_part(dk, ks, dk_s, 1), _add_part(dv, ks, dv_s, 1))
         return grads
