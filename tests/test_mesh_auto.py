@@ -10,6 +10,7 @@ from longrm_jax.parallel.mesh_choice import StepTraffic, bytes_moved, candidates
 from longrm_jax.training import loop
 from longrm_jax.training.config import ConfigError, load_config
 from longrm_jax.training.memory_plan import MemoryPlanError
+from longrm_jax.training.step_groups import groups_bound
 
 GB = 10**9
 TINY = ["stage=simpo", "model.overrides={num_layers: 2}", "data.synthetic.lengths=[20,40]", "data.num_train=16",
@@ -69,7 +70,7 @@ def _choose(overrides, tmp_path):
 
     cfg = load_config(None, TINY + [f"output_dir={tmp_path}"] + overrides)
     budget = int(cfg.memory_budget_gib * GiB) if cfg.memory_budget_gib else None
-    spec = StageSpec(cfg.stage, cfg.data.num_rejects, loop._groups_bound(cfg, 1), slots(cfg) is not None)
+    spec = StageSpec(cfg.stage, cfg.data.num_rejects, groups_bound(cfg, 1), slots(cfg) is not None)
     return plan_auto_mesh(cfg, _model_config(cfg)[0], make_optimizer(cfg.optim, 10), lr_schedule(cfg.optim, 10),
                           spec, jax.devices(), jax.random.key(0), device_bytes=budget)
 

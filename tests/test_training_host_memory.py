@@ -93,7 +93,7 @@ def test_cpu_step_over_the_free_ram_is_refused_with_the_budget_named(monkeypatch
 
     from longrm_jax.parallel.mesh import make_mesh
     from longrm_jax.training.compile_only import _model_config
-    from longrm_jax.training.loop import _groups_bound
+    from longrm_jax.training.step_groups import groups_bound
     from longrm_jax.training.memory_plan import MemoryPlanError, plan_train_step
     from longrm_jax.training.state import lr_schedule, make_optimizer
     from longrm_jax.training.steps import StageSpec
@@ -103,7 +103,7 @@ def test_cpu_step_over_the_free_ram_is_refused_with_the_budget_named(monkeypatch
     mesh = make_mesh(fsdp=1, devices=jax.devices()[:1])
     with pytest.raises(MemoryPlanError) as err:
         plan_train_step(cfg, _model_config(cfg)[0], make_optimizer(cfg.optim, 10), lr_schedule(cfg.optim, 10),
-                        StageSpec("simpo", 1, _groups_bound(cfg, 1), False), mesh, jax.random.key(0))
+                        StageSpec("simpo", 1, groups_bound(cfg, 1), False), mesh, jax.random.key(0))
     first, hints, budget = str(err.value).splitlines()
     assert err.value.exit_code == 4 and "available 1.74 MiB (model.remat=full; before compiling)" in first, first
     assert "a shorter data.seq_len" in hints

@@ -186,13 +186,13 @@ def _plan(cfg, device_bytes):
     from longrm_jax.parallel.mesh import make_mesh
     from longrm_jax.training.compile_only import _model_config
     from longrm_jax.training.data_source import slots
-    from longrm_jax.training.loop import _groups_bound
+    from longrm_jax.training.step_groups import groups_bound
     from longrm_jax.training.memory_plan import plan_train_step
     from longrm_jax.training.state import lr_schedule, make_optimizer
     from longrm_jax.training.steps import StageSpec
 
     mesh = make_mesh(fsdp=1, devices=jax.devices()[:1])
-    spec = StageSpec(cfg.stage, cfg.data.num_rejects, _groups_bound(cfg, 1), slots(cfg) is not None)
+    spec = StageSpec(cfg.stage, cfg.data.num_rejects, groups_bound(cfg, 1), slots(cfg) is not None)
     return plan_train_step(cfg, _model_config(cfg)[0], make_optimizer(cfg.optim, 10), lr_schedule(cfg.optim, 10),
                            spec, mesh, jax.random.key(0), device_bytes=device_bytes)
 

@@ -13,6 +13,7 @@ import pytest
 from longrm_jax.train import DEFAULT_CONFIG
 from longrm_jax.training import steps
 from longrm_jax.training import loop
+from longrm_jax.training import step_groups
 from longrm_jax.training.checkpoint import load_trained_weights
 from longrm_jax.training.config import load_config
 from helpers.train_and_kill import run_train_cli
@@ -48,7 +49,7 @@ def test_sigkill_during_async_save_then_resume_is_bit_identical(tmp_path):
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
     cfg = load_config(None, TINY + [f"output_dir={tmp_path}", "checkpoint.async_save=false"], base=DEFAULT_CONFIG)
-    real = loop.make_train_step
+    real = steps.make_train_step
 
     def poisoned(*args):
         inner = real(*args)
@@ -59,7 +60,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
 
         return dataclasses.replace(inner, gradients=gradients)
 
-    monkeypatch.setattr(loop, "make_train_step", poisoned)
+    monkeypatch.setattr(step_groups, "make_train_step", poisoned)  # a step compiled for more groups per row
     monkeypatch.setattr(steps, "make_train_step", poisoned)  # the step the trainer compiles before loading
     events = []
     with pytest.raises(loop.NonFiniteLossError, match=r"at step 3.*Last good checkpoint: step 2"):

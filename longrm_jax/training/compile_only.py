@@ -102,7 +102,7 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
     """Compile ``cfg``'s train step for ``topology`` and report (see the module docstring). Never raises for a
     step that does not fit: ``fits`` is False and ``error`` holds the memory plan's message."""
     from longrm_jax.training.data_source import slots as data_slots
-    from longrm_jax.training.loop import _groups_bound, check_rows_split
+    from longrm_jax.training.step_groups import check_rows_split, groups_bound
     from longrm_jax.training.state import lr_schedule, make_optimizer
     from longrm_jax.training.steps import StageSpec
 
@@ -142,7 +142,7 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
     num_rejects = 0 if cfg.stage == "sft" else cfg.data.num_rejects
     total_steps = cfg.steps or 1000
     tx, schedule = make_optimizer(cfg.optim, total_steps), lr_schedule(cfg.optim, total_steps)
-    spec = StageSpec(cfg.stage, num_rejects, _groups_bound(cfg, 1), slots is not None)
+    spec = StageSpec(cfg.stage, num_rejects, groups_bound(cfg, 1), slots is not None)
     key = jax.random.key(cfg.seed + 1)
     try:
         with compiling_for(devices):

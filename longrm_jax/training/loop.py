@@ -17,10 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import jax
-import numpy as np
 from tqdm.auto import tqdm
 
-from longrm_jax.cli_support import ExitStatus, InputError
+from longrm_jax.cli_support import ExitStatus
 from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.training import batches as batch_lib
 from longrm_jax.training.checkpoint import Checkpointer, completed_steps, is_training_checkpoint, saved_run_config
@@ -39,10 +38,11 @@ from longrm_jax.training.mesh_plan import plan_auto_mesh
 from longrm_jax.training.model_setup import codec_for, load_model, model_config
 from longrm_jax.training.run_dir import (SetAside, adopt_set_aside_runs, check_fresh_run_allowed,
                                          check_resume_compatible, set_aside_previous_run, trim_metrics)
+from longrm_jax.training.held_out import eval_step_for, pairwise_accuracy
 from longrm_jax.training.run_lock import RunLock
 from longrm_jax.training.state import abstract_state, create_state, lr_schedule, make_optimizer
-from longrm_jax.training.steps import (PREFERENCE_METRICS, StageSpec, jit_train_step, make_eval_step,
-                                       make_train_step)
+from longrm_jax.training.step_groups import StepsByGroups, check_rows_split, global_max_groups, groups_bound
+from longrm_jax.training.steps import PREFERENCE_METRICS, StageSpec
 from longrm_jax.training.telemetry import LoraFlops, MetricsWriter, StepProfiler, peak_flops, step_flops
 
 
@@ -85,54 +85,6 @@ class RunResult:
 def _log(msg: str) -> None:
     if jax.process_index() == 0:
         tqdm.write(msg)
-
-
-def evaluate(eval_fn, state, eval_host: list[dict], mesh, seq_shards: int,
-             slots: int | None = None) -> float | None:
-    """Pairwise accuracy (chosen reward > mean rejected reward) over held-out batches."""
-    if not eval_host:
-        return None
-    correct = total = 0.0
-    for host in eval_host:
-        batch = batch_lib.to_global(
-            batch_lib.prepare(batch_lib.process_rows(host), seq_shards=seq_shards, slots=slots), mesh)
-        chosen, rejected, valid = jax.device_get(eval_fn(state.params, state.frozen, batch))
-        correct += float(((chosen > rejected) & valid).sum())
-        total += float(valid.sum())
-    return correct / max(total, 1.0)
-
-
-def check_rows_split(cfg: TrainConfig, mesh) -> None:
-    """A micro step's ``data.batch_rows`` rows are split over the mesh's data x fsdp devices: refuse a count that
-    does not divide (a run failed placing its first batch with a raw IndivisibleError; a compile for a topology
-    padded the rows and reported a step that would not run)."""
-    split = int(mesh.shape["data"]) * int(mesh.shape["fsdp"])
-    if cfg.data.batch_rows % split:
-        raise InputError(f"data.batch_rows ({cfg.data.batch_rows}) must be a multiple of mesh data x fsdp "
-                         f"({mesh.shape['data']} x {mesh.shape['fsdp']} = {split}): each micro step's rows are split "
-                         f"over those devices (e.g. data.batch_rows={split * max(1, -(-cfg.data.batch_rows // split))},"
-                         " with grad_accum for the rows per optimizer step)")
-
-
-def _groups_bound(cfg: TrainConfig, observed: int) -> int:
-    """Static number of groups per row the step is compiled for: ``data.max_groups_per_row`` or, when a row
-    holds more, the next power of two (one more compilation); 1 for ``data.layout: rows``."""
-    if cfg.data.layout == "rows":
-        return 1
-    bound = max(cfg.data.max_groups_per_row, 1)
-    while bound < observed:
-        bound *= 2
-    return bound
-
-
-def _global_max_groups(host: dict) -> int:
-    """Largest groups-per-row over every process's rows (all processes must compile the same step)."""
-    local = int(np.max(host["num_groups"])) if host["num_groups"].size else 0
-    if jax.process_count() == 1:
-        return local
-    from jax.experimental import multihost_utils
-
-    return int(np.max(multihost_utils.process_allgather(np.int32(local))))
 
 
 def degenerate_message(seq_len: int, degenerate: int, total: int, where: str) -> str:
@@ -233,8 +185,9 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
         writer = MetricsWriter(cfg.output_dir, tensorboard=cfg.tensorboard, append=bool(start),
                                purge_step=start + 1 if start else None)
         stack.callback(writer.close)
-        steps_by_groups = _StepsByGroups(cfg, codec, tx, schedule, state_sh, inputs, first_spec, plan.step)
-        eval_fn = _eval_step(cfg, codec, inputs)
+        steps_by_groups = StepsByGroups(cfg, codec, tx, schedule, state_sh, inputs.mesh, inputs.num_rejects,
+                                        inputs.slots is not None, first_spec, plan.step)
+        eval_fn = eval_step_for(cfg, codec, inputs.eval_host, inputs.slots is not None)
         result = RunResult(final_step=start, start_step=start, checkpoint_dir=inputs.ckpt_dir,
                            no_eval_reason=inputs.no_eval_reason)
         if cfg.eval_before and start == 0 and inputs.eval_host:
@@ -318,7 +271,7 @@ def _plan_step(cfg: TrainConfig, inputs: _RunInputs, tx, schedule, state_key):
     """(cfg with remat resolved, inputs, the compiled step's plan, its StageSpec). The step is compiled before
     any weights are loaded: a step that cannot fit stops here, in seconds, with the predicted memory and what to
     change (training.memory_plan); remat "auto" and mesh "auto" (cfg's mesh and inputs.mesh) are resolved here."""
-    first_spec = StageSpec(cfg.stage, inputs.num_rejects, _groups_bound(cfg, 1), inputs.slots is not None)
+    first_spec = StageSpec(cfg.stage, inputs.num_rejects, groups_bound(cfg, 1), inputs.slots is not None)
     if cfg.mesh.auto:  # the mesh that fits and moves the fewest bytes per step (training.mesh_plan)
         auto = plan_auto_mesh(cfg, model_config(cfg, inputs.tokenizer), tx, schedule, first_spec, jax.devices(),
                               state_key)
@@ -347,39 +300,14 @@ def _write_run_record(cfg: TrainConfig, plan) -> None:
     plan.write(os.path.join(cfg.output_dir, "memory_plan.json"))
 
 
-class _StepsByGroups:
-    """The jitted train step compiled for a number of groups per row (a static shape of the reductions): the
-    planned one first, one more compilation per larger bound met."""
-
-    def __init__(self, cfg: TrainConfig, codec, tx, schedule, state_sh, inputs: _RunInputs, first_spec, first_step):
-        self.cfg, self.codec, self.tx, self.schedule, self.state_sh = cfg, codec, tx, schedule, state_sh
-        self.num_rejects, self.slotted = inputs.num_rejects, inputs.slots is not None
-        self.batch_sh = batch_lib.batch_shardings(inputs.mesh, slotted=self.slotted)
-        self.compiled: dict[int, object] = {first_spec.max_groups: first_step}
-
-    def __call__(self, groups: int):
-        bound = _groups_bound(self.cfg, groups)
-        if bound not in self.compiled:
-            spec = StageSpec(self.cfg.stage, self.num_rejects, bound, self.slotted)
-            self.compiled[bound] = jit_train_step(make_train_step(self.cfg, self.codec, self.tx, spec, self.schedule),
-                                                  self.state_sh, self.batch_sh)
-        return self.compiled[bound]
-
-
-def _eval_step(cfg: TrainConfig, codec, inputs: _RunInputs):
-    eval_groups = max([int(np.max(b["num_groups"])) for b in inputs.eval_host] + [1])
-    return make_eval_step(cfg, codec, StageSpec(cfg.stage, cfg.data.num_rejects, _groups_bound(cfg, eval_groups),
-                                                inputs.slots is not None))
-
-
 def _held_out_accuracy(eval_fn, state, inputs: _RunInputs, writer: MetricsWriter, step: int, when: str) -> float:
-    accuracy = evaluate(eval_fn, state, inputs.eval_host, inputs.mesh, inputs.seq_shards, inputs.slots)
+    accuracy = pairwise_accuracy(eval_fn, state, inputs.eval_host, inputs.mesh, inputs.seq_shards, inputs.slots)
     _log(f"held-out pairwise accuracy {when} training: {100 * accuracy:.1f}%")
     writer.write(step, {"accuracy": accuracy}, prefix="eval")
     return accuracy
 
 
-def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, steps_by_groups: _StepsByGroups,
+def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, steps_by_groups: StepsByGroups,
                  iterator, ckpt: Checkpointer, writer: MetricsWriter, result: RunResult, on_step: StepCallback,
                  aside: SetAside | None = None):
     """The step loop from ``start`` to ``total_steps``: batches, updates, metrics, periodic and final saves.
@@ -444,7 +372,7 @@ def _train_steps(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, start: int, 
 
 
 def _one_step(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, step: int, start: int,
-              steps_by_groups: _StepsByGroups, iterator, ckpt: Checkpointer, result: RunResult, peak, profiler,
+              steps_by_groups: StepsByGroups, iterator, ckpt: Checkpointer, result: RunResult, peak, profiler,
               lora: LoraFlops | None = None):
     """Train step ``step + 1``: its batch, the update, the finite-loss check; metrics into ``result``."""
     host = next(iterator)  # this process's rows of the global batch
@@ -454,7 +382,7 @@ def _one_step(cfg: TrainConfig, inputs: _RunInputs, mcfg, state, step: int, star
             raise DegenerateDataError(degenerate_message(cfg.data.seq_len, bad, groups, "of the first batch"))
         result.degenerate_groups += bad
         result.trained_groups += groups
-    step_fn = steps_by_groups(_global_max_groups(host))
+    step_fn = steps_by_groups(global_max_groups(host))
     batch = batch_lib.to_global(batch_lib.prepare(host, seq_shards=inputs.seq_shards, slots=inputs.slots),
                                 inputs.mesh)
     profiler.before(step + 1)
