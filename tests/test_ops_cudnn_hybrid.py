@@ -157,6 +157,48 @@ def test_auto_picks_the_fastest_fwd_bwd_kernel(monkeypatch):
     assert dispatch.local_impl("pallas-mosaic") == "pallas-mosaic"
 
 
+def test_private_cudnn_window_traces_and_refuses_a_non_causal_one():
+    q = jax.ShapeDtypeStruct((1, 256, 8, 128), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((1, 256, 2, 128), jnp.bfloat16)
+    lse = jax.ShapeDtypeStruct((1, 8, 256), jnp.float32)
+    out, _ = jax.eval_shape(lambda q, k, v: cudnn_flash.flash_forward(q, k, v, window=64), q, kv, kv)
+    assert out.shape == q.shape
+    grads = jax.eval_shape(lambda *a: cudnn_flash.flash_backward(*a, window=64), q, kv, kv, q, lse, q)
+    assert [g.shape for g in grads] == [q.shape, kv.shape, kv.shape]
+    # The window reaches the custom call as cuDNN's sliding_window_length (W keys: i - W < j <= i)
+    assert cudnn_flash._common(q, True, None, 64)[1]["sliding_window_length"] == 64
+    assert cudnn_flash._common(q, True, None, None)[1]["sliding_window_length"] is None
+    with pytest.raises(ValueError, match="causal"):
+        cudnn_flash.flash_forward(jnp.zeros((1, 8, 2, 8), jnp.bfloat16), *[jnp.zeros((1, 8, 2, 8), jnp.bfloat16)] * 2,
+                                  causal=False, window=4)
+
+
+def test_auto_picks_cudnn_for_a_sliding_window_on_a_hopper_gpu(monkeypatch, caplog):
+    """Gemma 3's local layers on a GPU: cuDNN (its sliding window skips the blocks outside it) for bf16 / fp16 rows
+    without segment ids on compute capability >= 9.0; XLA's attention, reported as a slow path, otherwise."""
+    from longrm_jax.ops import slow_paths
+
+    hopper = Target("gpu", "NVIDIA H100", 9.0)
+    monkeypatch.setattr(dispatch, "target_of", lambda *a: hopper)
+    monkeypatch.setattr(flash, "hybrid_available", lambda *a: True)
+    slow_paths.reset()
+    assert flash.cudnn_window_available(hopper)
+    assert dispatch.local_impl("auto", window=1024, dtype=jnp.bfloat16) == "cudnn"
+    assert dispatch.local_impl("auto", window=1024) == "cudnn"
+    assert dispatch.resolve_impl("auto", window=1024, dtype=jnp.bfloat16) == "cudnn"
+    with caplog.at_level(logging.WARNING, logger="longrm_jax.ops.slow_paths"):
+        assert dispatch.local_impl("auto", window=1024, has_segment_ids=True, dtype=jnp.bfloat16) == "xla"
+        assert dispatch.local_impl("auto", window=1024, dtype=jnp.float32) == "xla"
+    assert slow_paths.counts() == {"window_attention": 2}
+    ampere = Target("gpu", "NVIDIA A100", 8.0)
+    monkeypatch.setattr(dispatch, "target_of", lambda *a: ampere)
+    assert not flash.cudnn_window_available(ampere)
+    assert dispatch.local_impl("auto", window=1024, dtype=jnp.bfloat16) == "xla"
+    monkeypatch.setattr(dispatch, "target_of", lambda *a: Target("tpu", "TPU v5", 0.0))
+    assert dispatch.local_impl("auto", window=1024) == "splash"
+    slow_paths.reset()
+
+
 def test_auto_runs_fp32_attention_through_xla_on_a_gpu(monkeypatch, caplog):
     """The GPU flash kernels take bf16 / fp16 (tokamax's Mosaic kernel raised "Unsupported precision: F32_F32_F32"
     compiling a fp32 model for h100x8): ``auto`` picks XLA's attention for fp32 queries, warns once as a slow path

@@ -39,9 +39,10 @@ def check_impl(impl):
 
 
 # Implementations that honour a sliding window (``window=``): key j visible to query i iff
-# ``i - window < j <= i`` (HF's sliding_window): XLA's attention and splash (its LocalMask). The others refuse a
-# window rather than attend over everything; ring attention honours it on XLA blocks (ops.ring_window).
-WINDOW_IMPLS = ("xla", "splash")
+# ``i - window < j <= i`` (HF's sliding_window): XLA's attention, cuDNN's (its sliding_window_length) and splash
+# (its LocalMask). The others refuse a window rather than attend over everything; ring attention honours it on XLA
+# blocks (ops.ring_window).
+WINDOW_IMPLS = ("xla", "cudnn", "splash")
 
 
 def check_window(name, window, causal=True):

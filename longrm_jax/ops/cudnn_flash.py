@@ -20,6 +20,10 @@ signatures with ``page_table_k/v`` date from jax 0.5/0.6). The signatures are ch
 any mismatch (or missing name) makes ``available()`` false with ``UNAVAILABLE_REASON`` set, and callers
 fall back (the hybrid to tokamax's own VJP, with a logged warning). Known good: jax >= 0.11.2, < 0.12.
 
+Sliding windows (``window=W``, causal only): cuDNN's ``sliding_window_length`` W shows query i the keys
+``i - W < j <= i``, the contract's window (``ops.contract``; HF's ``sliding_window``), and skips the key blocks
+wholly outside it, forward and backward.
+
 Limits (``supports`` returns False, callers fall back): GPU of compute capability >= 9.0, bf16/fp16,
 head_dim <= 256 and a multiple of 8, no segment ids (cuDNN's packed layout needs per-segment offsets
 and lengths of one row layout; our segment masks are not passed through), causal only with T == S
@@ -101,27 +105,32 @@ def supports(q, k, *, causal, has_segment_ids, check_device=True) -> bool:
     return not (causal and q.shape[1] != k.shape[1])
 
 
-def _common(q, causal, scale):
+def _common(q, causal, scale, window=None):
     fa = _FA
+    if window is not None and (not causal or int(window) < 1):
+        raise ValueError(f"cuDNN's sliding window needs causal attention and window >= 1 (got window={window}, "
+                         f"causal={causal})")
     unused = jnp.zeros(0, q.dtype)  # bias, seqlens, offsets, page tables: absent (as jax.nn passes them)
     params = dict(scale=float(q.shape[-1] ** -0.5 if scale is None else scale), seed=42, dropout_rate=0.0,
                   variadic_args=(False, False), mask_type=fa.MaskType.CAUSAL if causal else fa.MaskType.NO_MASK,
-                  layout=fa.AttentionLayout.BTNH.value, sliding_window_length=None)
+                  layout=fa.AttentionLayout.BTNH.value,
+                  sliding_window_length=None if window is None else int(window))
     return (unused,) * 7, params
 
 
-def flash_forward(q, k, v, *, causal=True, scale=None):
-    """cuDNN flash forward: ``(out [B,T,Hq,D] q.dtype, lse [B,Hq,T] fp32 natural log)``. Not differentiable."""
+def flash_forward(q, k, v, *, causal=True, scale=None, window=None):
+    """cuDNN flash forward: ``(out [B,T,Hq,D] q.dtype, lse [B,Hq,T] fp32 natural log)``. Not differentiable.
+    ``window``: causal sliding window (query i sees keys ``i - window < j <= i``)."""
     if not available():
         raise RuntimeError(f"JAX's private cuDNN attention API is unavailable: {UNAVAILABLE_REASON}")
-    unused, params = _common(q, causal, scale)
+    unused, params = _common(q, causal, scale, window)
     bias, q_len, kv_len, q_off, kv_off, pt_k, pt_v = unused
     out, stats = _FA._dot_product_attention_fwd_p_wrapper.bind(
         q, k, v, bias, q_len, kv_len, q_off, kv_off, pt_k, pt_v, is_training=True, **params)
     return out, stats
 
 
-def flash_backward(q, k, v, out, lse, dout, *, causal=True, scale=None):
+def flash_backward(q, k, v, out, lse, dout, *, causal=True, scale=None, window=None):
     """cuDNN flash backward from the given ``out`` [B,T,Hq,D] and ``lse`` [B,Hq,T] (natural log, fp32).
 
     Returns ``(dq, dk, dv)`` in the input dtypes (GQA: dk/dv have the kv heads). Rows whose ``lse`` is
@@ -129,7 +138,7 @@ def flash_backward(q, k, v, out, lse, dout, *, causal=True, scale=None):
     """
     if not available():
         raise RuntimeError(f"JAX's private cuDNN attention API is unavailable: {UNAVAILABLE_REASON}")
-    unused, params = _common(q, causal, scale)
+    unused, params = _common(q, causal, scale, window)
     bias, q_len, kv_len, q_off, kv_off, pt_k, pt_v = unused
     grads = _FA._dot_product_attention_bwd_p_wrapper.bind(
         q, k, v, bias, q_len, kv_len, q_off, kv_off, pt_k, pt_v, lse.astype(jnp.float32),

@@ -54,7 +54,8 @@ def warn_missing_tokamax(fallback: str) -> None:
 def local_impl(impl="auto", *, has_segment_ids=False, dtype=None, window=None):
     """The single-device kernel for ``impl`` (``auto`` -> fastest available that honours the mask and takes
     ``dtype``, the queries' dtype: the GPU flash kernels take bf16 / fp16 only, so fp32 runs XLA's attention;
-    a sliding ``window``: splash on TPU, else XLA's attention, the kernels that honour it so far)."""
+    a sliding ``window``: splash on TPU, cuDNN on a Hopper GPU for bf16 / fp16 without segment ids, else XLA's
+    attention)."""
     check_impl(impl)
     if impl == "ring":
         raise ValueError("'ring' is not a single-device kernel")
@@ -65,9 +66,12 @@ def local_impl(impl="auto", *, has_segment_ids=False, dtype=None, window=None):
         if target.is_tpu:
             return "splash"  # its LocalMask
         if target.is_gpu:
+            if _half_precision(dtype) and not has_segment_ids and flash.cudnn_window_available(target):
+                return "cudnn"  # its sliding_window_length skips the key blocks outside the window
             slow_paths.report("window_attention", f"sliding-window attention (window {window}) runs XLA's "
-                              "blockwise attention: the cuDNN / Pallas kernels do not take a window yet",
-                              "none yet (issue 43: sliding windows in the GPU kernels)")
+                              "blockwise attention: only cuDNN takes a window on the GPU, for bf16 / fp16 rows "
+                              "without segment ids on compute capability >= 9.0",
+                              "model.compute_dtype=bfloat16 and data.layout=rows (Gemma 3's local layers)")
         return "xla"
     if target.is_tpu:
         return "splash"

@@ -259,8 +259,13 @@ class HybridKernel(TokamaxKernel):
 # -------------------------------------------------------------------------------------------- cuDNN
 
 
+def _window(window):
+    """The window argument for a call that takes one (absent without a window)."""
+    return {} if window is None else {"window": window}
+
+
 class CudnnKernel:
-    """cuDNN flash attention: GQA and causal; no segment ids."""
+    """cuDNN flash attention: GQA, causal and causal sliding windows; no segment ids."""
 
     name = "cudnn"
 
@@ -282,40 +287,46 @@ class CudnnKernel:
         if causal and q.shape[1] != k.shape[1]:
             raise AttentionNotSupportedError("impl='cudnn' causal attention needs T == S")
 
-    def fwd(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None):
+    @staticmethod
+    def _jax_nn(q, k, v, causal, scale, window, **kw):
+        # jax.nn's (left, right) window counts the keys before the query: W visible keys are (W - 1, 0).
+        local = None if window is None else (int(window) - 1, 0)
+        return jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=causal, implementation="cudnn",
+                                            local_window_size=local, **kw)
+
+    def fwd(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None, window=None):
         self._check(q, k, q_segment_ids, causal)
         if cudnn_flash.available():
-            return cudnn_flash.flash_forward(q, k, v, causal=causal, scale=scale)
-        out, lse = jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=causal, implementation="cudnn",
-                                                return_residual=True)
+            return cudnn_flash.flash_forward(q, k, v, causal=causal, scale=scale, **_window(window))
+        out, lse = self._jax_nn(q, k, v, causal, scale, window, return_residual=True)
         return out, lse.transpose(0, 2, 1).astype(jnp.float32)  # [B, T, H], rounded to q's dtype by jax.nn
 
-    def bwd(self, q, k, v, out, lse, dout, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None):
+    def bwd(self, q, k, v, out, lse, dout, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None,
+            window=None):
         if not cudnn_flash.available():
             raise AttentionNotSupportedError(
                 "cuDNN's backward from the global softmax statistics needs JAX's private cuDNN API, which is "
                 f"unavailable ({cudnn_flash.UNAVAILABLE_REASON}): ring attention cannot differentiate through "
                 "cuDNN blocks; use impl='pallas' (tokamax) or 'xla'")
         self._check(q, k, q_segment_ids, causal)
-        return cudnn_flash.flash_backward(q, k, v, out, lse, dout, causal=causal, scale=scale)
+        return cudnn_flash.flash_backward(q, k, v, out, lse, dout, causal=causal, scale=scale,
+                                          **_window(window))
 
     def _bwd_recompute(self, q, k, v, out, lse, dout, *, q_segment_ids=None, kv_segment_ids=None, causal=True,
-                       scale=None):
+                       scale=None, window=None):
         # Only used for the local (non-ring) gradient, where out/lse are this call's own: re-run through
         # jax.nn's own VJP (correct for the output cotangent, which is all lse_vjp_kernel lets through).
-        def f(q, k, v):
-            return jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=causal, implementation="cudnn")
-
-        _, vjp = jax.vjp(f, q, k, v)
+        _, vjp = jax.vjp(lambda q, k, v: self._jax_nn(q, k, v, causal, scale, window), q, k, v)
         return vjp(dout)
 
-    def attention(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None):
+    def attention(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None, window=None):
         self._check(q, k, q_segment_ids, causal)
-        return jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=causal, implementation="cudnn")
+        return self._jax_nn(q, k, v, causal, scale, window)
 
-    def attention_with_lse(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None):
+    def attention_with_lse(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None,
+                           window=None):
         self._check(q, k, q_segment_ids, causal)
-        return self._with_lse(q, k, v, None, None, bool(causal), scale)
+        return self._with_lse(q, k, v, None, None, bool(causal), scale, window)
 
 
 # ------------------------------------------------------------------------------------------ registry
@@ -327,6 +338,14 @@ def hybrid_available(target=None) -> bool:
     target = target or target_of()
     return (target.is_gpu and target.compute_capability >= 9.0 and tokamax_available()
             and cudnn_flash.available())
+
+
+def cudnn_window_available(target=None) -> bool:
+    """cuDNN's sliding-window flash attention (``CudnnKernel`` with ``window=``) runs on ``target`` (default: the
+    current mesh's devices): a Hopper+ GPU and JAX's private cuDNN API (forward and backward from fp32 statistics).
+    """
+    target = target or target_of()
+    return target.is_gpu and target.compute_capability >= 9.0 and cudnn_flash.available()
 
 
 def get_kernel(name, interpret=False, target=None):
