@@ -4,13 +4,15 @@
     python scripts/bench_attention.py --lengths 32768 --impls pallas,pallas-mosaic,cudnn
     python scripts/bench_attention.py --ring                # >= 2 GPUs: ring vs single-GPU kernel, max length
     python scripts/bench_attention.py --smoke --no-record   # CPU, tiny sizes (tests the script itself)
+    python scripts/bench_attention.py --lengths 32768 --impls cudnn,xla --window 1024   # Gemma 3's local layers
 
 Impls: ``pallas`` is the hybrid on Hopper+ (tokamax Mosaic forward + cuDNN flash backward fed its LSE;
 tokamax's own backward with segment ids), ``pallas-mosaic`` / ``pallas-triton`` tokamax alone, ``cudnn``,
 ``xla`` (blockwise reference), ``torch`` (SDPA, the peer). A note gives each impl's fwd+bwd as % of cuDNN.
 
 Shapes default to Qwen3-8B attention: bf16, causal, 32 query heads, 8 kv heads, head_dim 128, batch 1.
-FLOPs count the causal half only (docs/flops.md): fwd = 2 B S^2 H D, fwd+bwd = 3.5 x fwd.
+FLOPs count the causal half only (docs/flops.md): fwd = 2 B S^2 H D, fwd+bwd = 3.5 x fwd; with ``--window W``
+(only the impls that honour one: ``ops.contract.WINDOW_IMPLS``) the visible pairs, S^2 -> 2 S W - W^2.
 Correctness: every impl's output and dq/dk/dv on random bf16 inputs against the fp32 blockwise reference
 (``impl="xla"`` on fp32 copies, HIGHEST matmul precision), relative max error, at lengths <= --check-max-len;
 the pallas path is also checked with packed rows (segment ids). Timing: warm-up, then the median of
@@ -60,6 +62,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 import _bench  # noqa: E402  (scripts/_bench.py: Python puts the script's folder on sys.path)
 from _bench import median_seconds  # noqa: E402
 from longrm_jax.ops import attention, dispatch, flash  # noqa: E402
+from longrm_jax.ops.contract import WINDOW_IMPLS  # noqa: E402
 from longrm_jax.ops.ring import ring_attention  # noqa: E402
 from longrm_jax.ops.xla_attention import xla_attention_with_lse  # noqa: E402
 from longrm_jax.parallel.mesh import make_mesh  # noqa: E402
@@ -69,8 +72,9 @@ ALL_IMPLS = ("torch", "cudnn", "pallas", "pallas-mosaic", "pallas-triton", "xla"
 TAKES_SEGMENTS = ("pallas", "pallas-mosaic", "pallas-triton", "xla")
 
 
-def fwd_flops(b, s, h, d):
-    return 2.0 * b * s * s * h * d  # causal: half of 4 B S^2 H D
+def fwd_flops(b, s, h, d, window=None):
+    squares = s * s if window is None or window >= s else 2 * s * window - window * window
+    return 2.0 * b * squares * h * d  # causal: half of 4 B S^2 H D (a window: its visible pairs, docs/flops.md)
 
 
 def tflops(flops, seconds):
@@ -106,12 +110,12 @@ def packed_segments(b, t, n_segments=4):
 # --------------------------------------------------------------------------------------- implementations
 
 
-def jax_impl(name):
+def jax_impl(name, window=None):
     """attention(q, k, v, segment_ids) for a bench impl name, or raise if it is unavailable here."""
     if name != "xla":
         kernel = flash.get_kernel(name)  # raises AttentionNotSupportedError when unavailable
         _ = getattr(kernel, "op", None)  # tokamax: fails here if this platform has no such kernel
-    return lambda q, k, v, seg=None: attention(q, k, v, segment_ids=seg, impl=name)
+    return lambda q, k, v, seg=None: attention(q, k, v, segment_ids=seg, impl=name, window=window)
 
 
 def fwd_and_grad_fns(attn):
@@ -125,13 +129,14 @@ def fwd_and_grad_fns(attn):
     return fwd, fwd_bwd
 
 
-def reference(q, k, v, dout, seg=None):
+def reference(q, k, v, dout, seg=None, window=None):
     """fp32 blockwise reference on fp32 copies: (out, (dq, dk, dv))."""
     up = [x.astype(jnp.float32) for x in (q, k, v, dout)]
 
     @jax.jit
     def run(q, k, v, dout, seg):
-        f = lambda q, k, v: xla_attention_with_lse(q, k, v, q_segment_ids=seg, kv_segment_ids=seg)[0]  # noqa: E731
+        f = lambda q, k, v: xla_attention_with_lse(q, k, v, q_segment_ids=seg, kv_segment_ids=seg,  # noqa: E731
+                                                   window=window)[0]
         out, vjp = jax.vjp(f, q, k, v)
         return out, vjp(dout)
 
@@ -192,8 +197,13 @@ def torch_peer(b, t, hq, hkv, d, iters, warmup, smoke):
 def bench_single(args, rows, notes):
     b, hq, hkv, d = args.batch, args.heads, args.kv_heads, args.head_dim
     impls = [i for i in args.impls.split(",") if i]
+    if args.window:
+        skipped = [i for i in impls if i not in WINDOW_IMPLS]
+        impls = [i for i in impls if i in WINDOW_IMPLS]
+        if skipped:
+            notes.append(f"--window {args.window}: {', '.join(skipped)} skipped (they do not honour a window)")
     for t in args.lengths:
-        flops = fwd_flops(b, t, hq, d)
+        flops = fwd_flops(b, t, hq, d, args.window)
         if "torch" in impls:
             try:
                 res = torch_peer(b, t, hq, hkv, d, args.iters, args.warmup, args.smoke)
@@ -208,14 +218,14 @@ def bench_single(args, rows, notes):
         q, k, v, dout = random_inputs(b, t, hq, hkv, d, dtype)
         want = want_seg = None
         if t <= args.check_max_len:
-            want = reference(q, k, v, dout)
+            want = reference(q, k, v, dout, window=args.window)
         for name in impls:
             if name == "torch":
                 continue
             if name == "xla" and t > args.xla_max_len:
                 continue
             try:
-                attn = jax_impl(name)
+                attn = jax_impl(name, args.window)
             except Exception as e:  # noqa: BLE001
                 notes.append(f"{name}: unavailable ({str(e)[:160]})")
                 continue
@@ -228,7 +238,7 @@ def bench_single(args, rows, notes):
                 status = "-"
                 if want is not None:
                     status = check(name, fwd_bwd(q, k, v, dout), want, args.tol)[1]
-                    if name in TAKES_SEGMENTS:
+                    if name in TAKES_SEGMENTS and not args.window:
                         seg = packed_segments(b, t)
                         if want_seg is None:
                             want_seg = reference(q, k, v, dout, seg)
@@ -239,7 +249,7 @@ def bench_single(args, rows, notes):
                 rows.append(dict(impl=name, length=t, fwd=tflops(flops, t_fwd),
                                  fwd_bwd=tflops(3.5 * flops, t_fb), check=status))
                 print_row(rows[-1])
-                if args.packed and name in TAKES_SEGMENTS:
+                if args.packed and name in TAKES_SEGMENTS and not args.window:
                     # Packed rows (4 samples + padding): the same dense causal FLOP count over the time,
                     # i.e. "effective" throughput; the real work is smaller (block-diagonal mask).
                     seg = packed_segments(b, t)
@@ -253,7 +263,7 @@ def bench_single(args, rows, notes):
             except Exception as e:  # noqa: BLE001 - e.g. out of memory at 128K: record, go on, exit non-zero
                 notes.append(f"FAIL {name} at {t}: {type(e).__name__}: {str(e)[:200]}")
                 print("  " + notes[-1], flush=True)
-        if want is not None:
+        if want is not None and not args.window:
             lse_agreement(q, k, v, notes)
         vs_cudnn(rows, t, notes)
         del q, k, v, dout, want, want_seg
@@ -429,7 +439,8 @@ def bench_ring(args, rows, notes):
 def record(path, args, rows, notes):
     details = (f"jax {jax.__version__}, tokamax {'yes' if flash.tokamax_available() else 'no'}; batch {args.batch}, "
                f"{args.heads} q heads, {args.kv_heads} kv heads, head_dim {args.head_dim}, causal, TFLOP/s with causal "
-               "FLOPs halved.")
+               "FLOPs halved" + (f"; sliding window {args.window} (FLOPs of its visible pairs)." if args.window
+                                 else "."))
     table = _bench.markdown_table(("impl", "T", "fwd TFLOP/s", "fwd+bwd TFLOP/s", "check (rel. error vs fp32)"),
                                   [(r["impl"], r["length"], fmt(r["fwd"]), fmt(r["fwd_bwd"]), r["check"]) for r in rows],
                                   align="lrrrl")
@@ -450,6 +461,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tol", type=float, default=2e-2, help="relative error tolerance of the checks")
     parser.add_argument("--check-max-len", type=int, default=32768, help="check correctness up to this length")
     parser.add_argument("--xla-max-len", type=int, default=32768, help="skip the slow xla impl above this")
+    parser.add_argument("--window", type=int, default=None,
+                        help="causal sliding window W (Gemma 3's local layers): only impls that honour one run")
     parser.add_argument("--packed", action="store_true",
                         help="also time the impls that take segment ids on packed rows (4 samples per row)")
     parser.add_argument("--autotune", action="store_true",

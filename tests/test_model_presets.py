@@ -60,7 +60,7 @@ def test_the_other_new_bases_are_their_config_json():
 
 def test_tiny_gemma3_has_local_and_global_layers():
     cfg = ModelConfig(**({"vocab_size": 256} | PRESETS["tiny_gemma3"]))
-    assert cfg.num_layers >= 7 and 0 < sum(cfg.local_layers) < cfg.num_layers and cfg.sliding_window <= 64
+    assert cfg.layer_types == ("sliding_attention", "full_attention") and cfg.sliding_window == 64
 
 
 def test_evaluate_help_names_every_preset_with_a_vocabulary():

@@ -139,7 +139,7 @@ def _script(name):
 def test_bench_attention_exits_non_zero_when_a_kernel_crashes(monkeypatch, capsys):
     bench = _script("bench_attention")
 
-    def crashing(name):
+    def crashing(name, window=None):
         def attn(q, k, v, seg=None):
             raise RuntimeError("CUDA_ERROR_ILLEGAL_ADDRESS")
         return attn

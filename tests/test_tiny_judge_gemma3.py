@@ -1,6 +1,6 @@
 """The tiny judge recipe's DisRM half with another family (issue 43): what `FAMILY=gemma3 bash
-scripts/tiny_judge.sh` runs, shortened to a few steps: Bradley-Terry on the tiny_gemma3 preset (7 layers, the 6th
-global, the others through a 64-token window shorter than the rows), its HF export (a Gemma 3 text config and score
+scripts/tiny_judge.sh` runs, shortened to a few steps: Bradley-Terry on the tiny_gemma3 preset (a layer through a
+64-token window shorter than the rows, then a global one), its HF export (a Gemma 3 text config and score
 head), and `evaluate --is-disrm --both-orders` on two benchmark samples: the CLIs chain and write their outputs.
 Few steps teach nothing; accuracy is not checked (docs/benchmarks.md has the full recipe's figures)."""
 

@@ -320,6 +320,13 @@ class CudnnKernel:
         return vjp(dout)
 
     def attention(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None, window=None):
+        # Through the private primitives when present, as attention_with_lse: the forward's out and fp32 LSE carry
+        # the checkpoint names remat's save_attention_out keeps, and no compile-time check of the host's own GPU
+        # (jax.nn's caps head_dim at 128 unless the *local* device is a Hopper: a head_dim 256 program compiled
+        # for h100 topologies from a CPU host was refused).
+        if cudnn_flash.available():
+            return self.attention_with_lse(q, k, v, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
+                                           causal=causal, scale=scale, window=window)[0]
         self._check(q, k, q_segment_ids, causal)
         return self._jax_nn(q, k, v, causal, scale, window)
 

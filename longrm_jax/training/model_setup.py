@@ -22,12 +22,15 @@ from longrm_jax.training.state import param_sharding_rules
 
 
 
-def _gemma3(*, num_layers: int, sliding_window: int, query_pre_attn_scalar: int, rope_scaling=None, **shape) -> dict:
+def _gemma3(*, num_layers: int, sliding_window: int, query_pre_attn_scalar: int, rope_scaling=None,
+            sliding_window_pattern: int = 6, **shape) -> dict:
     """A Gemma 3 preset: ``shape`` (hidden_size, heads ...) plus the fields models.config reads from such a
     text config (models.gemma3_config.gemma3_fields, Gemma3TextConfig's defaults for the keys not given): every
-    6th layer global, the others sliding; q/k norms, (1 + w) norms, GeGLU, scaled embeddings, local RoPE 10K."""
+    ``sliding_window_pattern``-th layer global (6th in the released models), the others sliding; q/k norms,
+    (1 + w) norms, GeGLU, scaled embeddings, local RoPE 10K."""
     text = dict(model_type="gemma3_text", num_hidden_layers=num_layers, sliding_window=sliding_window,
-                query_pre_attn_scalar=query_pre_attn_scalar, rope_scaling=rope_scaling)
+                query_pre_attn_scalar=query_pre_attn_scalar, rope_scaling=rope_scaling,
+                sliding_window_pattern=sliding_window_pattern)
     fields = gemma3_fields(text)[1]
     fields.pop("global_rope")
     if rope_scaling:
@@ -46,11 +49,14 @@ PRESETS: dict[str, dict] = {
                        tie_word_embeddings=True),
     "tiny_llama": dict(_TINY, family="llama", rms_norm_eps=1e-5, rope_theta=5e5),
     # Tiny ones of the issue-43 families, each with what sets it apart: Qwen2's q/k/v biases, Mistral's head_dim
-    # apart from hidden / heads (as Nemo's), Gemma 3's 7 layers (6 sliding, the 6th global) with a 64-token window.
+    # apart from hidden / heads (as Nemo's), Gemma 3's local layer (a 64-token window) beside a global one. Two
+    # layers as the others: the tiny judge recipe's needle LM learned in its 500 steps with these two (100% on
+    # held-out pairs) and not with 7 (6 local, the 6th global: 62.5%; docs/benchmarks.md). The parity tests
+    # build their own 7-layer configs.
     "tiny_qwen2": dict(_TINY, family="qwen2", qkv_bias=True, rms_norm_eps=1e-6, rope_theta=1e6,
                        tie_word_embeddings=True),
     "tiny_mistral": dict(_TINY, family="mistral", head_dim=32, rms_norm_eps=1e-5, rope_theta=1e6),
-    "tiny_gemma3": _gemma3(**dict(_TINY, num_layers=7), sliding_window=64, query_pre_attn_scalar=16),
+    "tiny_gemma3": _gemma3(**_TINY, sliding_window=64, query_pre_attn_scalar=16, sliding_window_pattern=2),
     # The 8B shapes of docs/upstream.md "Architectures" (random weights: benchmarks).
     "qwen3_8b": dict(family="qwen3", qk_norm=True, vocab_size=151936, hidden_size=4096, intermediate_size=12288,
                      num_layers=36, num_heads=32, num_kv_heads=8, head_dim=128, rms_norm_eps=1e-6,
