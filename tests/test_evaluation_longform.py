@@ -281,7 +281,7 @@ def test_upstream_needle_fields_are_read_and_a_missing_heatmap_is_explained(tmp_
     """`tagged_position` and `word_count` (the benchmark's names) give the needle position and length bucket;
     records without them leave the heatmap undrawn, and the summary says why."""
     from longrm_jax.evaluation.judging import disrm_prediction
-    from longrm_jax.evaluation.runner import summarize
+    from longrm_jax.evaluation.outputs import summarize
     from longrm_jax.evaluation.samples import load_task_file
 
     rows = [dict(id=f"n{i}", prompt="Write.", chosen=["good"], rejected=["bad"] * 3, subset="Writing",

@@ -248,7 +248,7 @@ def test_overlapping_tasks_stay_visible():
 def test_the_plot_shows_the_both_orders_figure(tmp_path, monkeypatch):
     """write_outputs plots accuracy_by_length_both_orders when the samples were judged in both orders, and says
     so on the axis; the seeded order's otherwise."""
-    from longrm_jax.evaluation import runner
+    from longrm_jax.evaluation import outputs
 
     drawn = []
     monkeypatch.setattr(plots, "plot_accuracy_by_length", lambda table, path, **kw: drawn.append((table, kw)))
@@ -259,8 +259,8 @@ def test_the_plot_shows_the_both_orders_figure(tmp_path, monkeypatch):
     for predictions, figure, value in (([pred], "both_orders_accuracy", 0.5),
                                        ([{k: v for k, v in pred.items() if k != "orders"}], "accuracy (seeded order)",
                                         1.0)):
-        summary = runner.summarize(predictions, ["Code"])
-        runner.write_outputs(str(tmp_path), predictions, summary, {"model_path": "m"})
+        summary = outputs.summarize(predictions, ["Code"])
+        outputs.write_outputs(str(tmp_path), predictions, summary, {"model_path": "m"})
         table, kw = drawn.pop()
         assert kw["figure"] == figure and table["All"] == {"4k": value}
     assert json.loads((tmp_path / "results.json").read_text())["both_orders_accuracy"] is None  # one order only

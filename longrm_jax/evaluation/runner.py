@@ -30,9 +30,8 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from longrm_jax.data.readers import NEEDLE_POSITION_FIELDS
 from longrm_jax.data.records import DataError
-from longrm_jax.evaluation import longform, metrics, plots, replicas
+from longrm_jax.evaluation import longform, replicas
 from longrm_jax.evaluation.encoding import (
     UPSTREAM_MAX_LENGTH,
     ModelDirError,
@@ -43,11 +42,11 @@ from longrm_jax.evaluation.generation import prepare_for_decoding
 from longrm_jax.evaluation.grm_generation import add_timings
 from longrm_jax.evaluation.grm_queue import judge_grm_files
 from longrm_jax.evaluation.judging import disrm_prediction, judged_orders
+from longrm_jax.evaluation.outputs import summarize, write_outputs
 from longrm_jax.evaluation.partial import PartialResults, result_settings
 from longrm_jax.evaluation.samples import (
     DEFAULT_SEED,
     LONG_FORM,
-    NEEDLE_LENGTH_FIELDS,
     BenchDataError,
     EvalSample,
     discover_task_files,
@@ -274,117 +273,6 @@ def run_grm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh, 
     partial = partial or PartialResults(os.path.join(cfg.resolved_save_path(), "partial"), result_settings(cfg))
     path = samples[0].file
     return judge_grm_files(cfg, [(path, samples)], model, tokenizer, mesh, partial)[path]
-
-
-def summarize(predictions: list[dict], tasks: Sequence[str]) -> dict:
-    """results rows (upstream layout and/or long-form), AUC, agreement, per-length accuracy, needle table."""
-    bench = [p for p in predictions if p["benchmark"] != LONG_FORM]
-    long_form = [p for p in predictions if p["benchmark"] == LONG_FORM]
-    rows: list[tuple[str, float]] = []
-    summary: dict = {}
-    if bench:
-        bench_tasks = list(tasks) or list(dict.fromkeys(p["task"] for p in bench))
-        rows += metrics.results_rows(bench, bench_tasks)
-        summary["auc"] = metrics.auc_report(bench, bench_tasks)
-    if long_form:
-        subsets = list(dict.fromkeys(p["task"] for p in long_form))
-        lf_rows = longform.summary_rows(long_form)  # best-of-N and per-pair binary accuracy
-        rows += [(f"LongForm/{label}" if bench else label, value) for label, value in lf_rows]
-        summary["long_form_auc"] = metrics.auc_report(long_form, subsets)
-        # which protocol produced the scores (evaluation.longform): the results are comparable only within one
-        summary["long_form_protocol"] = ", ".join(sorted({longform.protocol_of(p) for p in long_form}))
-        note = needle_heatmap_note(long_form)
-        if note:
-            logger.warning("needle heatmap: %s", note)
-            summary["needle_heatmap_note"] = note
-    summary["results"] = dict(rows)
-    summary["results_rows"] = rows
-    summary["both_orders"] = agreement = metrics.agreement_report(predictions)
-    # The headline figures under the names the console prints (both_orders.* keeps the older keys).
-    summary["both_orders_accuracy"] = agreement["mean_accuracy_all_orders"]
-    summary["both_orders_agreement"] = agreement["agreement"]
-    summary["accuracy_by_length"] = metrics.accuracy_by_length(predictions)
-    if agreement["samples"]:  # what accuracy_by_length.png plots then
-        summary["accuracy_by_length_both_orders"] = metrics.accuracy_by_length(predictions, both_orders=True)
-    summary["counts_by_length"] = metrics.counts_by_length(predictions)
-    summary["num_samples"] = len(predictions)
-    summary["num_truncated"] = int(sum(p.get("truncated", False) for p in predictions))
-    by_task: dict[str, list[int]] = {}
-    for p in predictions:
-        counts = by_task.setdefault(p["task"], [0, 0])
-        counts[0] += bool(p.get("truncated", False))
-        counts[1] += 1
-    summary["truncated_by_task"] = by_task
-    verdicts = metrics.verdict_report(predictions)
-    if verdicts is not None:
-        summary["unparsable_verdicts"] = verdicts
-        if verdicts["unparsable"] and verdicts["share"] > metrics.UNPARSABLE_WARN_SHARE:
-            logger.warning("%s", unparsable_warning(verdicts))
-    return summary
-
-
-def needle_heatmap_note(long_form: list[dict]) -> str | None:
-    """Why the needle heatmap is not drawn, or drawn from part of the records (None: drawn from all)."""
-    placed = [p for p in long_form if p.get("needle_position") is not None]
-    if not placed:
-        return (f"not drawn: no Long-form record carries a needle position (field "
-                f"{', '.join(NEEDLE_POSITION_FIELDS)}, a number in [0, 1])")
-    notes = []
-    if len(placed) < len(long_form):
-        notes.append(f"{len(long_form) - len(placed)} of {len(long_form)} Long-form records carry no needle "
-                     "position and are left out of it")
-    if all(p["length"] == "all" for p in placed):
-        notes.append(f"no record carries a response length (field length_bucket, "
-                     f"{', '.join(NEEDLE_LENGTH_FIELDS)}): one row 'all'")
-    return "; ".join(notes) or None
-
-
-def unparsable_warning(verdicts: dict) -> str:
-    return (f"{verdicts['unparsable']} of {verdicts['judgements']} judgements ({100 * verdicts['share']:.1f}%) "
-            "held no parsable verdict: each scores 0 and ties in the AUC, so these results do not measure the "
-            "judge. Is the model a trained generative judge, and is --max-new-tokens large enough? See the "
-            "'output' field of predictions.jsonl")
-
-
-def upstream_record(prediction: dict) -> dict:
-    """A line of upstream's per-task ``{Task}.jsonl`` (what its ``evaluate()`` re-reads): ``output`` is the
-    judge's text (GRM) or the scores in shown order (DisRM), ``shuffled_order`` the shown permutation."""
-    if "scores" in prediction:
-        output = [prediction["scores"][i] for i in prediction["shown_order"]]
-    else:
-        output = prediction["output"]
-    return {"index": prediction["index"], "shuffled_order": prediction["shown_order"], "subset": prediction["task"],
-            "task": prediction["source"], "ctx_length": prediction["length"], "tasktype": prediction["tasktype"],
-            "subtype": prediction["subtype"], "output": output}
-
-
-def write_outputs(save_path: str, predictions: list[dict], summary: dict, settings: dict) -> None:
-    os.makedirs(save_path, exist_ok=True)
-    by_task: dict[str, list[dict]] = {}
-    for record in predictions:
-        if record["benchmark"] != LONG_FORM:
-            by_task.setdefault(record["task"], []).append(upstream_record(record))
-    for task, records in by_task.items():
-        with open(os.path.join(save_path, f"{task}.jsonl"), "w", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    with open(os.path.join(save_path, "predictions.jsonl"), "w", encoding="utf-8") as handle:
-        for record in predictions:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    metrics.write_results_csv(summary["results_rows"], os.path.join(save_path, "results.csv"))
-    both = summary.get("accuracy_by_length_both_orders")
-    plots.plot_accuracy_by_length(both or summary["accuracy_by_length"],
-                                  os.path.join(save_path, "accuracy_by_length.png"),
-                                  title=os.path.basename(os.path.normpath(settings["model_path"])),
-                                  counts=summary["counts_by_length"],
-                                  figure="both_orders_accuracy" if both else "accuracy (seeded order)")
-    needles = [dict(p, length=p["length"]) for p in predictions if p.get("needle_position") is not None]
-    if needles:
-        summary["needle_heatmap"] = plots.plot_needle_heatmap(needles, os.path.join(save_path, "needle_heatmap.png"))
-    payload = {k: v for k, v in summary.items() if k != "results_rows"}
-    payload["settings"] = settings
-    with open(os.path.join(save_path, "results.json"), "w") as handle:
-        json.dump(payload, handle, indent=2, ensure_ascii=False)
 
 
 def _by_file(samples: list[EvalSample]) -> list[tuple[str, list[EvalSample]]]:
