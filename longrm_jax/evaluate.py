@@ -78,143 +78,168 @@ def build_parser() -> argparse.ArgumentParser:
                     "results.csv (upstream layout), results.json (+AUC, both-orders agreement), "
                     "predictions.jsonl and accuracy_by_length.png under --save-path.",
     )
-    parser.add_argument("--model-path", required=True,
+    _model_and_data_args(parser.add_argument_group("model and data"))
+    _generation_args(parser.add_argument_group("generation and scoring"))
+    _device_args(parser.add_argument_group("devices"))
+    _run_args(parser.add_argument_group("the run"))
+    _compile_only_args(parser.add_argument_group("compile only"))
+    return parser
+
+
+def _model_and_data_args(group) -> None:
+    """What is judged: the model, the task files, how samples are read and truncated."""
+    group.add_argument("--model-path", required=True,
                         help="local Hugging Face checkpoint directory (config.json, safetensors, tokenizer); with "
                              "--compile-only also a directory with only config.json, or a preset name "
                              "(qwen3_8b, llama31_8b, mistral_7b, mistral_nemo_12b, qwen25_7b, gemma3_1b, "
                              "gemma3_12b)")
-    parser.add_argument("--data-path", default=None,
+    group.add_argument("--data-path", default=None,
                         help="directory holding {Task}.jsonl files (or one .jsonl file): the benchmark data "
                              "(required unless --compile-only)")
-    parser.add_argument("--is-disrm", action="store_true",
+    group.add_argument("--is-disrm", action="store_true",
                         help="discriminative RM (sequence classifier): score each answer with the reward head "
                              "instead of generating a judgement")
-    parser.add_argument("--save-path", default=None,
+    group.add_argument("--save-path", default=None,
                         help="output directory (default: results/<model directory name>)")
-    parser.add_argument("--tasks", nargs="+", default=None,
+    group.add_argument("--tasks", nargs="+", default=None,
                         help="task files to evaluate (default: LongQA Summ Safety ICL Cite Code Math where "
                              "present, else every *.jsonl in --data-path)")
-    parser.add_argument("--task-types", nargs="+", default=None, choices=("PairWise", "BestOfN"),
+    group.add_argument("--task-types", nargs="+", default=None, choices=("PairWise", "BestOfN"),
                         help="Long-RewardBench: evaluate only these sample types (default: both)")
-    parser.add_argument("--longform-protocol", default="upstream", choices=("upstream", "pointwise", "joint"),
+    group.add_argument("--longform-protocol", default="upstream", choices=("upstream", "pointwise", "joint"),
                         help="GRM on Long-form RewardBench records: upstream (default: the benchmark's own "
                              "protocol exactly: each response judged alone by its raw-text prompt, no chat "
                              "template, the first strict '**Result:** x.y' is the score, an unparsed score makes "
                              "the sample wrong and leaves its pairs out of binary accuracy), pointwise (ours: each "
                              "response alone through the chat template, lenient parser, an unparsed score loses) "
                              "or joint (all answers ranked in one prompt)")
-    parser.add_argument("--chat-template", default=None, metavar="FILE",
+    group.add_argument("--chat-template", default=None, metavar="FILE",
                         help="Jinja chat template file used instead of the tokenizer's (for tokenizers that "
                              "have none)")
-    parser.add_argument("--max-new-tokens", type=int, default=None,
-                        help="GRM: generation budget per judgement, greedy (default: 2048; Long-form records "
-                             "under the upstream protocol: 1024, as the benchmark's script)")
-    parser.add_argument("--both-orders", action="store_true",
+    group.add_argument("--max-length", type=int, default=UPSTREAM_MAX_LENGTH,
+                        help="middle truncation: a sequence of this many tokens or more keeps its first "
+                             "max/2 and last max/2-5 tokens (default and upstream: %(default)s)")
+    group.add_argument("--no-truncate", action="store_true",
+                        help="judge contexts whole (pair with --mesh seq=N so the prefill is split over devices)")
+    group.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                        help="seed of the per-task answer permutation (default and upstream: %(default)s)")
+    group.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32", "float16"),
+                        help="compute dtype. auto (default): DisRM scores in the checkpoint's dtype (config.json "
+                             "torch_dtype; bfloat16 rounds close reward scores into ties and flips); a GRM "
+                             "generates in bfloat16. float16 is what upstream scores in")
+    group.add_argument("--both-orders", action="store_true",
                         help="also judge the swapped order (pairwise) / every cyclic rotation (Best-of-N) and "
                              "report position-bias agreement in results.json")
-    parser.add_argument("--batch-size", type=int, default=None,
+    group.add_argument("--limit", type=int, default=None, help="evaluate at most N samples per task file")
+
+
+def _generation_args(group) -> None:
+    """How a GRM generates its judgements and a DisRM scores: batches, slots, decode kernels."""
+    group.add_argument("--max-new-tokens", type=int, default=None,
+                        help="GRM: generation budget per judgement, greedy (default: 2048; Long-form records "
+                             "under the upstream protocol: 1024, as the benchmark's script)")
+    group.add_argument("--batch-size", type=int, default=None,
                         help="DisRM and static GRM batches: maximum rows per model call, reduced for long buckets "
                              "by --max-batch-tokens (default 4). GRM continuous batching: the number of slots "
                              "(default: as many as the device's memory holds next to the weights, logged)")
-    parser.add_argument("--max-batch-tokens", type=int, default=131_072,
+    group.add_argument("--max-batch-tokens", type=int, default=131_072,
                         help="DisRM and static GRM batches: cap on rows x padded length per call; GRM counts "
                              "prompt + --max-new-tokens (default: %(default)s)")
-    parser.add_argument("--static-batches", action="store_true",
+    group.add_argument("--static-batches", action="store_true",
                         help="GRM: static length-bucket batches, each decoded until its last row is done, "
                              "instead of continuous batching (a finished row refilled with the next prompt; "
                              "one device only: a multi-device mesh always runs static batches)")
-    parser.add_argument("--queue", choices=("run", "per-task"), default="run",
+    group.add_argument("--queue", choices=("run", "per-task"), default="run",
                         help="GRM: run: the judge prompts of every task file in one generation queue (slots fill "
                              "with prompts of every task at each length; default); per-task: one queue per task "
                              "file (the earlier schedule, same predictions)")
-    parser.add_argument("--decode-chunk", type=int, default=16,
+    group.add_argument("--decode-chunk", type=int, default=16,
                         help="GRM continuous batching: decode steps per host round trip (a call returns early "
                              "when a row finishes and prompts wait) (default: %(default)s)")
-    parser.add_argument("--decode-attention", choices=("auto", "xla", "pallas"), default="auto",
+    group.add_argument("--decode-attention", choices=("auto", "xla", "pallas"), default="auto",
                         help="GRM: attention of a decode step over the KV cache. pallas: a Triton kernel that "
                              "reads the cache in place (GPU, one device); xla: two batched matmuls (any backend "
                              "and mesh). auto: pallas on one GPU, else xla (default: %(default)s)")
-    parser.add_argument("--unroll-decode-layers", choices=("auto", "on", "off"), default="auto",
+    group.add_argument("--unroll-decode-layers", choices=("auto", "on", "off"), default="auto",
                         help="GRM with the pallas decode attention: unroll the layer loop of a decode step (about "
                              "5%% faster per token, about 8 s more compile per decode program). auto: on when the "
                              "run's token budget (samples x --max-new-tokens) is large enough to pay for the "
                              "compiles (default: %(default)s)")
-    parser.add_argument("--device-memory-gib", type=float, default=None,
+    group.add_argument("--device-memory-gib", type=float, default=None,
                         help="GRM continuous batching: memory to size the slot pool by, instead of the device's "
                              "reported limit (memory_stats bytes_limit)")
-    parser.add_argument("--mesh", type=parse_mesh, default=None,
-                        help="device mesh, e.g. data=1,fsdp=8 or fsdp=2,seq=4 (seq > 1: ring attention over "
-                             "the sequence). Default: one device; with --compile-only, fsdp over every chip of "
-                             "the topology")
-    parser.add_argument("--replicas", default="auto", type=parse_replicas, metavar="auto|N",
-                        help="one evaluation process per GPU, each judging a share of the samples (shared out by "
-                             "predicted cost) with the weights replicated, the results merged as one run's. auto "
-                             "(default): one per visible GPU when there are several, no --mesh is given and the "
-                             "weights leave room for a cache on one GPU; 1: one process; N: the first N GPUs (on a "
-                             "host without GPUs, N CPU processes). Logs under SAVE_PATH/replicas/rI/")
-    parser.add_argument("--replica-max-tokens", type=int, default=None, metavar="N",
-                        help="with replicas: samples of more than N tokens (estimated from their characters) go "
-                             "to no replica but are judged after them by one program over a seq mesh of the "
-                             "replicas' GPUs (ring-attention prefill). Default: those whose cache and prefill "
-                             "would not fit one GPU beside the weights")
-    parser.add_argument("--only-samples", default=None, metavar="FILE", help=argparse.SUPPRESS)  # a replica's share
-    parser.add_argument("--simulate-judgement-lengths", action="store_true",
+    group.add_argument("--simulate-judgement-lengths", action="store_true",
                         help="benchmarking random-weight models only: end each judgement after a deterministic "
                              "per-prompt number of tokens drawn like real judgement lengths (a random model "
                              "never writes EOS; see longrm_jax.evaluation.simulated_lengths). The verdicts are "
                              "then meaningless")
-    parser.add_argument("--max-length", type=int, default=UPSTREAM_MAX_LENGTH,
-                        help="middle truncation: a sequence of this many tokens or more keeps its first "
-                             "max/2 and last max/2-5 tokens (default and upstream: %(default)s)")
-    parser.add_argument("--no-truncate", action="store_true",
-                        help="judge contexts whole (pair with --mesh seq=N so the prefill is split over devices)")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
-                        help="seed of the per-task answer permutation (default and upstream: %(default)s)")
-    parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32", "float16"),
-                        help="compute dtype. auto (default): DisRM scores in the checkpoint's dtype (config.json "
-                             "torch_dtype; bfloat16 rounds close reward scores into ties and flips); a GRM "
-                             "generates in bfloat16. float16 is what upstream scores in")
-    parser.add_argument("--share-prompt", action="store_true",
+    group.add_argument("--share-prompt", action="store_true",
                         help="DisRM: compute each sample's shared prompt once and score only the answers on top "
                              "of its KV cache (same scores, 2-4x fewer FLOPs; single device)")
-    parser.add_argument("--compilation-cache", default=None, metavar="DIR",
-                        help="persistent XLA compilation cache directory: later runs reuse the compiled "
-                             "bucket shapes instead of recompiling them")
-    parser.add_argument("--resume", action="store_true",
-                        help="reuse the predictions of task files a previous run with the same settings finished "
-                             "(saved under SAVE_PATH/partial as each task file completes), and of the GRM samples "
-                             "it finished in files it did not (journaled there as each sample completes)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the results of an earlier evaluation in --save-path (without it, and without "
-                             "--resume, such a save path is refused)")
-    parser.add_argument("--limit", type=int, default=None, help="evaluate at most N samples per task file")
-    parser.add_argument("--allow-no-verdicts", action="store_true",
-                        help="exit 0 even when no GRM judgement holds a parsable verdict (speed runs on random "
-                             "weights); without it such a run exits 3, its outputs written all the same")
-    parser.add_argument("--no-progress", action="store_true",
-                        help="disable progress bars (they show only on a terminal anyway)")
-    parser.add_argument("--strict-kernels", action="store_true",
-                        help="stop instead of warning when a slower fallback would run (a broken tokamax import, "
-                             "a failed memory_stats() shrinking the GRM slot pool, ...)")
-    parser.add_argument("--compile-only", action="store_true",
-                        help="compile the evaluator's programs (DisRM: scoring; GRM: prefill and decode) for "
-                             "--topology at --compile-length tokens x --batch-size rows (default 1 here), without "
-                             "weights, data "
-                             "or accelerator; print memory per chip, FLOPs, kernels and collectives and exit "
-                             "(non-zero when a program does not fit)")
-    parser.add_argument("--topology", metavar="NAME",
-                        help="with --compile-only: a TPU slice (v5p-8, v6e-16) or GPU hosts (h100x8, h200x1)")
-    parser.add_argument("--topology-slices", type=int, default=1, metavar="N", help="TPU multislice: N slices")
-    parser.add_argument("--compile-length", type=int, default=None, metavar="TOKENS",
-                        help="with --compile-only: prompt length to compile for (default: --max-length)")
-    add_debug_flag(parser)
-    parser.add_argument("--no-gpu-flags", action="store_true",
+    group.add_argument("--no-gpu-flags", action="store_true",
                         help="GRM: do not add the GPU decode XLA flags. By default a GRM run on a GPU appends "
                              + " ".join(GPU_DECODE_XLA_FLAGS) + " to XLA_FLAGS at startup (cuBLAS matmuls "
                              "read each scanned layer's weights in place: decode 61.5 -> 81.9 tokens/s for "
                              "Qwen3-8B at 32K on an H200). Never added for --is-disrm (they slow the prefill: "
                              "17.4K -> 15.3K tokens/s) nor on the CPU; flags already in XLA_FLAGS are kept")
-    return parser
+
+
+def _device_args(group) -> None:
+    """Which devices run it: a mesh for one program, or one replica process per GPU."""
+    group.add_argument("--mesh", type=parse_mesh, default=None,
+                        help="device mesh, e.g. data=1,fsdp=8 or fsdp=2,seq=4 (seq > 1: ring attention over "
+                             "the sequence). Default: one device; with --compile-only, fsdp over every chip of "
+                             "the topology")
+    group.add_argument("--replicas", default="auto", type=parse_replicas, metavar="auto|N",
+                        help="one evaluation process per GPU, each judging a share of the samples (shared out by "
+                             "predicted cost) with the weights replicated, the results merged as one run's. auto "
+                             "(default): one per visible GPU when there are several, no --mesh is given and the "
+                             "weights leave room for a cache on one GPU; 1: one process; N: the first N GPUs (on a "
+                             "host without GPUs, N CPU processes). Logs under SAVE_PATH/replicas/rI/")
+    group.add_argument("--replica-max-tokens", type=int, default=None, metavar="N",
+                        help="with replicas: samples of more than N tokens (estimated from their characters) go "
+                             "to no replica but are judged after them by one program over a seq mesh of the "
+                             "replicas' GPUs (ring-attention prefill). Default: those whose cache and prefill "
+                             "would not fit one GPU beside the weights")
+    group.add_argument("--only-samples", default=None, metavar="FILE", help=argparse.SUPPRESS)  # a replica's share
+
+
+def _run_args(group) -> None:
+    """Resuming, overwriting, exit status, progress and fallbacks."""
+    group.add_argument("--compilation-cache", default=None, metavar="DIR",
+                        help="persistent XLA compilation cache directory: later runs reuse the compiled "
+                             "bucket shapes instead of recompiling them")
+    group.add_argument("--resume", action="store_true",
+                        help="reuse the predictions of task files a previous run with the same settings finished "
+                             "(saved under SAVE_PATH/partial as each task file completes), and of the GRM samples "
+                             "it finished in files it did not (journaled there as each sample completes)")
+    group.add_argument("--overwrite", action="store_true",
+                        help="replace the results of an earlier evaluation in --save-path (without it, and without "
+                             "--resume, such a save path is refused)")
+    group.add_argument("--allow-no-verdicts", action="store_true",
+                        help="exit 0 even when no GRM judgement holds a parsable verdict (speed runs on random "
+                             "weights); without it such a run exits 3, its outputs written all the same")
+    group.add_argument("--no-progress", action="store_true",
+                        help="disable progress bars (they show only on a terminal anyway)")
+    group.add_argument("--strict-kernels", action="store_true",
+                        help="stop instead of warning when a slower fallback would run (a broken tokamax import, "
+                             "a failed memory_stats() shrinking the GRM slot pool, ...)")
+    add_debug_flag(group)
+
+
+def _compile_only_args(group) -> None:
+    """Compile the programs for a topology without weights, data or accelerator."""
+    group.add_argument("--compile-only", action="store_true",
+                        help="compile the evaluator's programs (DisRM: scoring; GRM: prefill and decode) for "
+                             "--topology at --compile-length tokens x --batch-size rows (default 1 here), without "
+                             "weights, data "
+                             "or accelerator; print memory per chip, FLOPs, kernels and collectives and exit "
+                             "(non-zero when a program does not fit)")
+    group.add_argument("--topology", metavar="NAME",
+                        help="with --compile-only: a TPU slice (v5p-8, v6e-16) or GPU hosts (h100x8, h200x1)")
+    group.add_argument("--topology-slices", type=int, default=1, metavar="N", help="TPU multislice: N slices")
+    group.add_argument("--compile-length", type=int, default=None, metavar="TOKENS",
+                        help="with --compile-only: prompt length to compile for (default: --max-length)")
 
 
 def _gpu_backend_possible(environ) -> bool:
@@ -335,6 +360,7 @@ def _evaluate(argv: Sequence[str]) -> int:
 
         # JAX's threshold applies (1 s; JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS), as in train.py.
         jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
+    from longrm_jax.evaluation.outputs import format_summary, truncation_line
     from longrm_jax.evaluation.runner import USER_ERRORS, EvalConfig, run_evaluation
 
     cfg = EvalConfig(
@@ -459,48 +485,6 @@ def _compile_only(args: argparse.Namespace) -> int:
               "more chips (--mesh fsdp=N,seq=M) or a larger topology", file=sys.stderr)
         return ExitStatus.DOES_NOT_FIT
     return ExitStatus.OK
-
-
-def format_summary(summary: dict) -> str:
-    """The console table: results rows (a group without samples prints empty), AUC and, for a generative
-    judge, how many judgements held no parsable verdict. A headline figure's label is its results.json key
-    (``both_orders_accuracy``, ``both_orders_agreement``, ``unparsable_verdicts``; the rows as in ``results``)."""
-    agreement = summary.get("both_orders") or {}
-    labels = list(summary["results"]) + ["AUC", "unparsable_verdicts", "Long-form protocol", "needle heatmap"]
-    labels += ["both_orders_agreement", "both_orders_accuracy"] if agreement.get("samples") else []
-    width = max(len(label) for label in labels)
-    lines = [f"{label:<{width}}  {'' if value is None else f'{value:.5f}'}".rstrip()
-             for label, value in summary["results"].items()]
-    if summary.get("auc"):
-        lines.append(f"{'AUC':<{width}}  {summary['auc'].get('overall')}")
-    if agreement.get("samples"):
-        # AVG. above is the seeded order's (upstream's figure); this one averages each sample over its orders
-        lines.append(f"{'both_orders_accuracy':<{width}}  {agreement['mean_accuracy_all_orders']:.5f} (each "
-                     f"sample's mean over its orders; AVG. is the seeded order's {agreement['accuracy_default_order']:.5f})")
-        lines.append(f"{'both_orders_agreement':<{width}}  {agreement['agreement']:.5f} of {agreement['samples']} "
-                     f"samples (same best answer: {agreement['top1_agreement']:.5f})")
-    if summary.get("long_form_protocol"):
-        lines.append(f"{'Long-form protocol':<{width}}  {summary['long_form_protocol']}")
-    if summary.get("needle_heatmap_note"):
-        lines.append(f"{'needle heatmap':<{width}}  {summary['needle_heatmap_note']}")
-    verdicts = summary.get("unparsable_verdicts")
-    if verdicts:
-        lines.append(f"{'unparsable_verdicts':<{width}}  {verdicts['unparsable']} of {verdicts['judgements']} "
-                     f"({100 * verdicts['share']:.1f}%)")
-    return "\n".join(lines)
-
-
-
-def truncation_line(summary: dict, max_length: int | None) -> str | None:
-    """One console line when --max-length cut any sample: how many of each task's samples (else None)."""
-    by_task = summary.get("truncated_by_task") or {}
-    cut = sum(k for k, _ in by_task.values())
-    if not cut:
-        return None
-    total = sum(n for _, n in by_task.values())
-    tasks = ", ".join(f"{task} {k} of {n}" for task, (k, n) in by_task.items() if k)
-    return (f"truncated: {cut} of {total} samples longer than --max-length {max_length} were judged on their first "
-            f"and last tokens only ({tasks}); --no-truncate or a larger --max-length judges them whole")
 
 
 if __name__ == "__main__":

@@ -125,3 +125,45 @@ def write_outputs(save_path: str, predictions: list[dict], summary: dict, settin
     payload["settings"] = settings
     with open(os.path.join(save_path, "results.json"), "w") as handle:
         json.dump(payload, handle, indent=2, ensure_ascii=False)
+
+
+def format_summary(summary: dict) -> str:
+    """The console table: results rows (a group without samples prints empty), AUC and, for a generative
+    judge, how many judgements held no parsable verdict. A headline figure's label is its results.json key
+    (``both_orders_accuracy``, ``both_orders_agreement``, ``unparsable_verdicts``; the rows as in ``results``)."""
+    agreement = summary.get("both_orders") or {}
+    labels = list(summary["results"]) + ["AUC", "unparsable_verdicts", "Long-form protocol", "needle heatmap"]
+    labels += ["both_orders_agreement", "both_orders_accuracy"] if agreement.get("samples") else []
+    width = max(len(label) for label in labels)
+    lines = [f"{label:<{width}}  {'' if value is None else f'{value:.5f}'}".rstrip()
+             for label, value in summary["results"].items()]
+    if summary.get("auc"):
+        lines.append(f"{'AUC':<{width}}  {summary['auc'].get('overall')}")
+    if agreement.get("samples"):
+        # AVG. above is the seeded order's (upstream's figure); this one averages each sample over its orders
+        lines.append(f"{'both_orders_accuracy':<{width}}  {agreement['mean_accuracy_all_orders']:.5f} (each "
+                     f"sample's mean over its orders; AVG. is the seeded order's {agreement['accuracy_default_order']:.5f})")
+        lines.append(f"{'both_orders_agreement':<{width}}  {agreement['agreement']:.5f} of {agreement['samples']} "
+                     f"samples (same best answer: {agreement['top1_agreement']:.5f})")
+    if summary.get("long_form_protocol"):
+        lines.append(f"{'Long-form protocol':<{width}}  {summary['long_form_protocol']}")
+    if summary.get("needle_heatmap_note"):
+        lines.append(f"{'needle heatmap':<{width}}  {summary['needle_heatmap_note']}")
+    verdicts = summary.get("unparsable_verdicts")
+    if verdicts:
+        lines.append(f"{'unparsable_verdicts':<{width}}  {verdicts['unparsable']} of {verdicts['judgements']} "
+                     f"({100 * verdicts['share']:.1f}%)")
+    return "\n".join(lines)
+
+
+
+def truncation_line(summary: dict, max_length: int | None) -> str | None:
+    """One console line when --max-length cut any sample: how many of each task's samples (else None)."""
+    by_task = summary.get("truncated_by_task") or {}
+    cut = sum(k for k, _ in by_task.values())
+    if not cut:
+        return None
+    total = sum(n for _, n in by_task.values())
+    tasks = ", ".join(f"{task} {k} of {n}" for task, (k, n) in by_task.items() if k)
+    return (f"truncated: {cut} of {total} samples longer than --max-length {max_length} were judged on their first "
+            f"and last tokens only ({tasks}); --no-truncate or a larger --max-length judges them whole")
