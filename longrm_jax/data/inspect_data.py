@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_cli(_inspect, argv)
 
 
-def _inspect(argv: Sequence[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m longrm_jax.data.inspect_data", description="Inspect a dataset as the trainer will see it: counts, length "
                                 "histogram, truncations, packing, one sample with its loss mask.")
     p.add_argument("--data", required=True, help="a .jsonl/.json/.parquet file or a save_to_disk directory")
@@ -83,28 +83,19 @@ def _inspect(argv: Sequence[str]) -> int:
                    help="how a response ends, as data.response_end in training (template: as the chat template "
                    "ends the turn, where the evaluator reads a DisRM's score)")
     add_debug_flag(p)
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
-    from tqdm import tqdm
+    return p
 
+
+def _inspect(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     try:
         src = RecordSource(args.data, args.format, args.split, skip_bad_rows=args.skip_bad_rows)
         thinking = {"unset": None, "false": False, "true": True}[args.enable_thinking]
         tok = ChatTokenizer.from_dir(args.tokenizer, enable_thinking=thinking, chat_template=args.chat_template,
                                      response_end=args.response_end)
         n_rows = len(src) if args.limit is None else min(args.limit, len(src))
-        groups, stats = [], TruncationStats()
-        skipped = 0
-        for i in tqdm(range(n_rows), desc="tokenizing", unit="row", file=sys.stderr):
-            try:
-                rec = _as_training_record(src[i])
-                num_rejects = min(args.num_rejects, len(getattr(rec, "rejected", ())) or 1)
-                groups.append(tok.tokenize(rec, num_rejects, stats=stats))
-            except DataError as e:
-                if not args.skip_bad_rows:
-                    raise
-                skipped += 1
-                logging.warning("skipping bad row: %s", e)
+        groups, skipped = _tokenize_rows(src, tok, n_rows, args)
     except (DataError, FileNotFoundError, ValueError) as e:
         if args.debug:
             raise
@@ -112,7 +103,6 @@ def _inspect(argv: Sequence[str]) -> int:
         return ExitStatus.INPUT_REFUSED
 
     sample_lengths = [len(s) for g in groups for s in g.samples]
-    group_lengths = [g.num_tokens for g in groups]
     print(f"data: {src.source_name}  format: {src.format}  rows: {len(src)}  inspected: {n_rows}  "
           f"bad rows skipped: {skipped}")
     print(f"groups: {len(groups)}  samples: {len(sample_lengths)}  "
@@ -120,40 +110,68 @@ def _inspect(argv: Sequence[str]) -> int:
     print("\nsequence length (tokens) histogram:")
     print(length_histogram(sample_lengths))
     if args.max_length:
-        buckets = make_buckets(args.max_length, args.num_buckets)
-        capacity = max(buckets)
-        over = sum(n > capacity for n in sample_lengths)
-        rules = TruncationStats()
         try:
-            rows, own = plan_rows(groups, capacity, len(groups[0].samples) if groups else 1, tok.eos_id,
-                                  args.truncation, rules)
+            _print_packing(groups, sample_lengths, tok, args)
         except DataError as e:
             print(f"error: {e}", file=sys.stderr)
             return ExitStatus.INPUT_REFUSED
-        counts = rules.as_dict()
-        print(f"\nrules at row length {capacity} (each sequence on its own, policy {args.truncation}): "
-              f"{over} of {len(sample_lengths)} samples longer than the row")
-        print(f"  prompt cut in its middle: {counts['prompt_cut_samples']}  response cut: "
-              f"{counts['response_cut_samples']}  tokens dropped: {counts['dropped_tokens']}")
-        print(f"  groups in a row of their own: {counts['own_row_groups']}  identical pairs dropped: "
-              f"{counts['identical_pairs_dropped']}")
-        per_bucket = Counter(bucket_for(r.used, buckets) for r in rows)
-        used = sum(r.used for r in rows + own)
-        own_len = own_row_length(capacity, len(groups[0].samples)) if groups else 0
-        total_capacity = sum(bucket_for(r.used, buckets) for r in rows) + own_len * len(own)
-        print(f"packing into buckets {buckets}: {len(rows)} shared rows "
-              f"({', '.join(f'{b}: {per_bucket.get(b, 0)}' for b in buckets)}), {len(own)} own rows of {own_len}, "
-              f"fill {used / max(total_capacity, 1):.1%}")
     if groups:
-        g = groups[min(args.sample, len(groups) - 1)]
-        p_ = g.provenance
-        print(f"\nsample {min(args.sample, len(groups) - 1)} ({p_.source} {p_.where()}), "
-              f"{len(g.samples)} sequence(s); [[...]] = not trained (loss_mask 0), plain = trained:")
-        for j, s in enumerate(g.samples):
-            role = "sft" if len(g.samples) == 1 else ("chosen" if j == 0 else f"rejected {j}")
-            print(f"\n--- {role}: {len(s)} tokens, {int(s.loss_mask.sum())} trained ---")
-            print(tok.render_masked(s, max_chars=args.render_chars))
+        _print_sample(groups, tok, args)
     return ExitStatus.OK
+
+
+def _tokenize_rows(src, tok, n_rows: int, args) -> tuple[list, int]:
+    """(tokenized groups of the first ``n_rows`` rows, bad rows skipped with --skip-bad-rows)."""
+    from tqdm import tqdm
+
+    groups, stats, skipped = [], TruncationStats(), 0
+    for i in tqdm(range(n_rows), desc="tokenizing", unit="row", file=sys.stderr):
+        try:
+            rec = _as_training_record(src[i])
+            num_rejects = min(args.num_rejects, len(getattr(rec, "rejected", ())) or 1)
+            groups.append(tok.tokenize(rec, num_rejects, stats=stats))
+        except DataError as e:
+            if not args.skip_bad_rows:
+                raise
+            skipped += 1
+            logging.warning("skipping bad row: %s", e)
+    return groups, skipped
+
+
+def _print_packing(groups: list, sample_lengths: list[int], tok, args) -> None:
+    """The truncation rules and the packing into --max-length rows, as the trainer applies them."""
+    buckets = make_buckets(args.max_length, args.num_buckets)
+    capacity = max(buckets)
+    over = sum(n > capacity for n in sample_lengths)
+    rules = TruncationStats()
+    rows, own = plan_rows(groups, capacity, len(groups[0].samples) if groups else 1, tok.eos_id,
+                          args.truncation, rules)
+    counts = rules.as_dict()
+    print(f"\nrules at row length {capacity} (each sequence on its own, policy {args.truncation}): "
+          f"{over} of {len(sample_lengths)} samples longer than the row")
+    print(f"  prompt cut in its middle: {counts['prompt_cut_samples']}  response cut: "
+          f"{counts['response_cut_samples']}  tokens dropped: {counts['dropped_tokens']}")
+    print(f"  groups in a row of their own: {counts['own_row_groups']}  identical pairs dropped: "
+          f"{counts['identical_pairs_dropped']}")
+    per_bucket = Counter(bucket_for(r.used, buckets) for r in rows)
+    used = sum(r.used for r in rows + own)
+    own_len = own_row_length(capacity, len(groups[0].samples)) if groups else 0
+    total_capacity = sum(bucket_for(r.used, buckets) for r in rows) + own_len * len(own)
+    print(f"packing into buckets {buckets}: {len(rows)} shared rows "
+          f"({', '.join(f'{b}: {per_bucket.get(b, 0)}' for b in buckets)}), {len(own)} own rows of {own_len}, "
+          f"fill {used / max(total_capacity, 1):.1%}")
+
+
+def _print_sample(groups: list, tok, args) -> None:
+    """Sample --sample with its loss mask: [[...]] not trained, plain trained."""
+    g = groups[min(args.sample, len(groups) - 1)]
+    p_ = g.provenance
+    print(f"\nsample {min(args.sample, len(groups) - 1)} ({p_.source} {p_.where()}), "
+          f"{len(g.samples)} sequence(s); [[...]] = not trained (loss_mask 0), plain = trained:")
+    for j, s in enumerate(g.samples):
+        role = "sft" if len(g.samples) == 1 else ("chosen" if j == 0 else f"rejected {j}")
+        print(f"\n--- {role}: {len(s)} tokens, {int(s.loss_mask.sum())} trained ---")
+        print(tok.render_masked(s, max_chars=args.render_chars))
 
 
 if __name__ == "__main__":
