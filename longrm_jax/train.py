@@ -108,30 +108,7 @@ def _train(argv: list[str]) -> int:
     configure_logging()
     if args.compile_only or args.topology:
         return _compile_only(cfg, args)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from longrm_jax.cli_support import silence_absl_warnings
-
-    # orbax's routine absl warnings (e.g. "Given directory is read only" restoring model.init from another run's
-    # checkpoint) are noise to a user; errors still show, and our own logging is untouched
-    silence_absl_warnings()
-    from longrm_jax.xla_flags import GPU_MESH_XLA_FLAGS, add_gpu_xla_flags
-
-    add_gpu_xla_flags(GPU_MESH_XLA_FLAGS)  # collectives in the layer loops pipelined: multi-GPU meshes only use them
-    if cfg.model.remat in ("save_attention_out", "auto") or cfg.model.remat.startswith("offload_"):
-        # Before the first device use: without it XLA re-runs the saved attention kernel on GPUs
-        # (docs/perf_training.md), or writes a clone of it straight into the offloaded stack. CPU runs ignore
-        # GPU flags.
-        from longrm_jax.xla_flags import GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
-
-        add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)
-    if cfg.model.remat == "auto" or cfg.model.remat.startswith("offload_"):
-        _allow_pinned_host_memory(cfg)
-    if cfg.compilation_cache:
-        import jax
-
-        # Programs that compile in under JAX's threshold (1 s by default) are not stored; the environment variable
-        # JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS changes it (the tests store everything with 0).
-        jax.config.update("jax_compilation_cache_dir", os.path.expanduser(cfg.compilation_cache))
+    _prepare_process(cfg)
     from longrm_jax.data.pipeline import NoTrainableDataError
     from longrm_jax.training.interrupt import TrainingInterrupted
     from longrm_jax.training.loop import DegenerateDataError, NonFiniteLossError, run
@@ -153,6 +130,38 @@ def _train(argv: list[str]) -> int:
             raise
         print(f"error: {e}", file=sys.stderr)
         return ExitStatus.INPUT_REFUSED
+    _print_result(result, slow_paths.summary_line())
+    return ExitStatus.OK
+
+
+def _prepare_process(cfg) -> None:
+    """What the process sets before its first device use: quiet tokenizers and absl, the GPU XLA flags the run's
+    mesh and remat policy need, pinned host memory for offloading, the persistent compilation cache."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from longrm_jax.cli_support import silence_absl_warnings
+
+    # orbax's routine absl warnings (e.g. "Given directory is read only" restoring model.init from another run's
+    # checkpoint) are noise to a user; errors still show, and our own logging is untouched
+    silence_absl_warnings()
+    from longrm_jax.xla_flags import GPU_MESH_XLA_FLAGS, GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
+
+    add_gpu_xla_flags(GPU_MESH_XLA_FLAGS)  # collectives in the layer loops pipelined: multi-GPU meshes only use them
+    if cfg.model.remat in ("save_attention_out", "auto") or cfg.model.remat.startswith("offload_"):
+        # Without it XLA re-runs the saved attention kernel on GPUs (docs/perf_training.md), or writes a clone of
+        # it straight into the offloaded stack. CPU runs ignore GPU flags.
+        add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)
+    if cfg.model.remat == "auto" or cfg.model.remat.startswith("offload_"):
+        _allow_pinned_host_memory(cfg)
+    if cfg.compilation_cache:
+        import jax
+
+        # Programs that compile in under JAX's threshold (1 s by default) are not stored; the environment variable
+        # JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS changes it (the tests store everything with 0).
+        jax.config.update("jax_compilation_cache_dir", os.path.expanduser(cfg.compilation_cache))
+
+
+def _print_result(result, slow_line: str | None) -> None:
+    """The run's closing lines: held-out accuracy (or why none), degenerate groups, the summary, checkpoints."""
     if result.accuracy_before is not None or result.accuracy_after is not None:
         print(f"pairwise accuracy on held-out pairs: before {_percent(result.accuracy_before)}, "
               f"after {_percent(result.accuracy_after)} ({result.final_step} steps)")
@@ -163,10 +172,8 @@ def _train(argv: list[str]) -> int:
               "gradient (chosen identical to rejected after truncation; see the log above)")
     print(run_summary(result))
     print(f"checkpoints: {result.checkpoint_dir}")
-    slow = slow_paths.summary_line()
-    if slow:
-        print(slow)
-    return ExitStatus.OK
+    if slow_line:
+        print(slow_line)
 
 
 def _percent(value: float | None) -> str:
