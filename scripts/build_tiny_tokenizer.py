@@ -1,7 +1,7 @@
 """Rebuild the tiny tokenizers committed in `longrm_jax/assets/` (deterministic).
 
 `python scripts/build_tiny_tokenizer.py [--judge] [--out DIR] [--vocab-size N]`: trains a byte-level BPE on the
-synthetic needle corpus (`longrm_jax.data.synthetic.corpus_for_tokenizer`; with `--judge` also the judge prompts,
+synthetic needle corpus (`longrm_jax.data.needles.corpus_for_tokenizer`; with `--judge` also the judge prompts,
 `judge_corpus_for_tokenizer`, into `tiny_judge_tokenizer/`) and writes an HF tokenizer directory that
 transformers 4.x and 5.x both read. What the tokenizers are: `longrm_jax/data/tiny_tokenizer.py`.
 """
@@ -12,7 +12,8 @@ import argparse
 import json
 import os
 
-from longrm_jax.data.synthetic import corpus_for_tokenizer, judge_corpus_for_tokenizer
+from longrm_jax.data.needles import corpus_for_tokenizer
+from longrm_jax.data.synthetic_judge import judge_corpus_for_tokenizer
 from longrm_jax.data.tiny_tokenizer import TINY_JUDGE_TOKENIZER_DIR, TINY_TOKENIZER_DIR
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>")

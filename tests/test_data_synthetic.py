@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from longrm_jax.data import synthetic
+from longrm_jax.data import needles, synthetic
 from longrm_jax.data.readers import read_records
 from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR, load_tiny_tokenizer
 from longrm_jax.data.tokenize import ChatTokenizer
@@ -55,9 +55,9 @@ def test_context_lengths_follow_targets(tok):
 
 def test_distractors_make_key_matter():
     rng = random.Random(0)
-    s = synthetic.make_needle_sample(rng, 256, num_asked=1, num_distractors=3)
+    s = needles.make_needle_sample(rng, 256, num_asked=1, num_distractors=3)
     assert s.context.count("The password of the") == 4
-    assert synthetic.fact_sentence(s.keys[0], s.values[0]) in s.context
+    assert needles.fact_sentence(s.keys[0], s.values[0]) in s.context
 
 
 def test_sft_and_preference_files_read(tmp_path):

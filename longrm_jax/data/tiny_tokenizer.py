@@ -7,7 +7,7 @@ assistant turn opens with the empty think block; `add_generation_prompt` with `e
 prompt with that block (Qwen3 behaviour).
 
 The tiny *judge* tokenizer (`longrm_jax/assets/tiny_judge_tokenizer/`) is the same kind, its corpus extended with
-the generative judge's prompts (`synthetic.judge_corpus_for_tokenizer`): the evaluator's 155-word judge system
+the generative judge's prompts (`synthetic_judge.judge_corpus_for_tokenizer`): the evaluator's 155-word judge system
 prompt is 179 tokens there against 540 in the tiny tokenizer, so a tiny judge trains on 2-3x shorter sequences
 (configs/tiny_grm_*.yaml, configs/tiny_disrm_bt.yaml). Its template ends a conversation that ends with an
 assistant turn at `<|im_end|>` (no newline after it), the token where BT trains a DisRM's score, so that

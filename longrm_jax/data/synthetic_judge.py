@@ -1,0 +1,140 @@
+"""Training files for the tiny generative judge and its DisRM (``python -m longrm_jax.data.synthetic --judge``):
+pairwise needle rows shown in the evaluator's exact judge prompt (``data.judge_prompts``), with a short reasoning
+judgement that ends in the verdict the evaluator parses; SimPO's rejected judgement names the other answer."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Sequence
+
+from longrm_jax.data.judge_prompts import judge_messages, judge_system_prompt, position_letter
+from longrm_jax.data.needles import (DEFAULT_LENGTHS, SYSTEM_PROMPT, approx_token_count, bench_row,
+                                     corpus_for_tokenizer, default_token_counter, length_label, make_needle_sample,
+                                     wrong_values, write_jsonl)
+
+def judgement_text(document_value: str, shown_answers: Sequence[str]) -> str:
+    """A pairwise judgement that reasons in short steps before the verdict `[[A]]`/`[[B]]` (upstream's format,
+    parsed by `evaluation.prompts`): the document's password first, then each answer restated in the needle
+    sentence with whether its password is the document's, then the verdict:
+    `The document says quartz. Assistant A: the password of the blue door is quartz as the document. Assistant B:
+    the password of the blue door is orchid, not the document. [[A]]`.
+
+    `shown_answers` are the one-key answers in the order shown (`The password of the blue door is quartz.`). Each
+    step is one a small model learns fast: the document's password is the needle look-up of a needle-QA
+    pretrained model; the restated answer is a copy from its fixed place in the prompt; the token right after
+    its password (` as` or `,`) compares that password with the document's at the place where the needle LM
+    predicts the document's password (after `... is`), which is where a DisRM compares them too; the verdict is
+    the letter of the clause that says ` as`. (Without the restatement, `Assistant A says quartz as the
+    document.`, the comparison stayed at chance: docs/benchmarks.md, the tiny judge recipe's runs G1-G4.) Given the
+    true value it is the right judgement; given the other answer's value (SimPO's rejected), a wrong one
+    consistent with itself.
+    """
+    values = [_answer_value(answer) for answer in shown_answers]
+    verdicts = [position_letter(i) for i, value in enumerate(values) if value == document_value]
+    if len(verdicts) != 1:
+        raise ValueError(f"judgement_text: exactly one answer must state {document_value!r}, got {values}")
+    steps = []
+    for i, (answer, value) in enumerate(zip(shown_answers, values)):
+        sentence = answer.strip().rstrip(".")
+        steps.append(f"Assistant {position_letter(i)}: {sentence[:1].lower()}{sentence[1:]}"
+                     + (" as the document." if value == document_value else ", not the document."))
+    return f"The document says {document_value}. " + " ".join(steps) + f" [[{verdicts[0]}]]"
+
+
+def _answer_value(answer: str) -> str:
+    """The password that a one-key answer (`The password of the blue vault is falcon.`) states."""
+    return answer.rstrip(".").split()[-1]
+
+
+def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int = 0,
+               count_tokens: Callable[[str], int] | None = None) -> list[dict[str, dict]]:
+    """`n` pairwise needle rows, each in three training formats; context lengths cycle through `lengths`.
+
+    `seed` names the random stream (a string, so no stream is another's: the benchmark's are other names).
+    Each item: `sft` (the judge prompt + the right judgement), `simpo` (the judge prompt, right and wrong
+    judgements) and `disrm` (the row's own prompt, chosen and rejected answers: a DisRM sees what the
+    evaluator's DisRM path shows it, `prompt_template` + one answer).
+    """
+    count_tokens = count_tokens or default_token_counter()
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        target = lengths[i % len(lengths)]
+        row = bench_row(rng, "judge", i, target, 2, count_tokens, num_distractors, best_of_n=False)
+        chosen_at = rng.randrange(2)  # position of the better answer: A or B, half each
+        shown = [row["chosen"], row["rejected"]] if chosen_at == 0 else [row["rejected"], row["chosen"]]
+        messages = judge_messages(row["prompt_template"], shown, "pair")
+        good = judgement_text(_answer_value(row["chosen"]), shown)
+        bad = judgement_text(_answer_value(row["rejected"]), shown)
+        meta = {"ctx_length": row["ctx_length_for_length"], "depth": row["depth"][0]}
+        out.append({
+            "sft": {"chat_template": messages, "golden": good, "verdict": chosen_at, **meta},
+            "simpo": {"chat_template": messages, "chosen": good, "rejects": [bad], "verdict": chosen_at, **meta},
+            "disrm": {"chat_template": row["prompt_template"], "chosen": row["chosen"], "rejects": [row["rejected"]],
+                      **meta},
+        })
+    return out
+
+
+def verify_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int = 0,
+                count_tokens: Callable[[str], int] | None = None) -> list[dict]:
+    """`n` needle *verification* SFT rows: the question names a candidate password ("Is the password of the blue
+    door falcon?"), half of them the document's, and the answer starts with the decision, then states the
+    document's password (`No, the password of the blue door is quartz.`). Pretraining rows for the tiny judges:
+    they teach the comparison "is this password the document's?" that every judgement needs, outside the judge
+    prompt (no answer letters, no verdicts)."""
+    count_tokens = count_tokens or default_token_counter()
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        target = lengths[i % len(lengths)]
+        s = make_needle_sample(rng, target, 1, num_distractors, count_tokens)
+        key, value = s.keys[0], s.values[0]
+        right = rng.randrange(2) == 1
+        candidate = value if right else wrong_values(rng, value, 1)[0]
+        user = f"Document:\n{s.context}\n\nQuestion: Is the password of the {key[0]} {key[1]} {candidate}?"
+        golden = f"{'Yes' if right else 'No'}, the password of the {key[0]} {key[1]} is {value}."
+        rows.append({"chat_template": [{"role": "system", "content": SYSTEM_PROMPT},
+                                       {"role": "user", "content": user}],
+                     "golden": golden, "candidate_is_right": right, "ctx_length": length_label(target),
+                     "depth": round(s.depths[0], 4)})
+    return rows
+
+
+def write_judge_files(out_dir: str, num_train: int = 2000, num_eval: int = 200, seed: int = 0,
+                      lengths: Sequence[int] = DEFAULT_LENGTHS, num_distractors: int = 0,
+                      count_tokens: Callable[[str], int] | None = None) -> dict[str, str]:
+    """Write, per split (`train`, `eval`), the reward-model training files of one stream of pairwise rows:
+    `judge_sft_{split}.jsonl` (upstream SFT rows: GRM stage 1), `judge_{split}.jsonl` (upstream preference rows
+    of judgements: GRM stage 2 SimPO, and the judge's held-out pairs) and `disrm_{split}.jsonl` (preference
+    rows of answers in the benchmark's prompt: DisRM Bradley-Terry).
+
+    Their random streams differ from every `write_long_rewardbench` stream, so a benchmark written with any seed
+    is held out. Returns {name: path}.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {}
+    for split, n in (("train", num_train), ("eval", num_eval)):
+        rows = judge_rows(n, f"judge-{split}:{seed}", lengths, num_distractors, count_tokens)
+        for name, column in ((f"judge_sft_{split}", "sft"), (f"judge_{split}", "simpo"),
+                             (f"disrm_{split}", "disrm")):
+            paths[name] = os.path.join(out_dir, f"{name}.jsonl")
+            write_jsonl(paths[name], [item[column] for item in rows])
+        paths[f"verify_sft_{split}"] = os.path.join(out_dir, f"verify_sft_{split}.jsonl")
+        write_jsonl(paths[f"verify_sft_{split}"], verify_rows(n, f"verify-{split}:{seed}", lengths, num_distractors,
+                                                               count_tokens))
+    return paths
+
+
+def judge_corpus_for_tokenizer(num_rows: int = 200, seed: int = 12345) -> list[str]:
+    """`corpus_for_tokenizer` plus the judge prompts and judgements (for training the tiny judge tokenizer, whose
+    words, the long judge system prompt's included, are then mostly single tokens)."""
+    texts = corpus_for_tokenizer()
+    texts += [judge_system_prompt(2, "pair")] * 50 + [judge_system_prompt(n, "rank") for n in (3, 4)] * 25
+    for item in judge_rows(num_rows, f"tokenizer:{seed}", (64,), count_tokens=approx_token_count):
+        answer = item["disrm"]["chosen"]  # "The password of the blue vault is falcon."
+        key, value = " ".join(answer.split()[4:6]), answer.rstrip(".").split()[-1]
+        texts += [item["sft"]["chat_template"][1]["content"],
+                  f"The document says the password of the {key} is {value}. [[{'AB'[item['sft']['verdict']]}]]"]
+    return texts
