@@ -10,8 +10,9 @@ LM on short synthetic contexts, for far fewer steps. Both reward models must *ju
   chance (54.7% measured), and so does a broken SFT loss: with the loss mask inverted for the judge SFT, the
   held-out pairs stayed at 43.8% and this test failed (docs/benchmarks.md, "The GRM accuracy test against a
   broken SFT loss"). A judge that *generates* the right verdict in both orders
-  needs 5-6 minutes of CPU training (docs/benchmarks.md "Tiny judge recipe"), beyond CI: here its export is only
-  checked to run through the evaluator (see the note at its call); the README's 96.8% comes from `bash scripts/tiny_judge.sh`.
+  needs 5-6 minutes of CPU training (docs/benchmarks.md "Tiny judge recipe"), beyond CI: this one is not
+  evaluated here (tests/test_tiny_judge_recipe.py runs a judge's export through the evaluator); the README's
+  96.8% comes from `bash scripts/tiny_judge.sh`.
 
 Its 450 training steps spend their time running, not compiling: the two trainings run the training CLI (what
 `train.main` is) in a subprocess whose XLA:CPU optimises the machine code (tests/helpers/execution_heavy.py),
@@ -68,14 +69,5 @@ def test_tiny_judges_learn_to_read_the_document(tmp_path):
                            f"data.source={data / 'judge_sft_train.jsonl'}", f"data.eval_source={data / 'judge_eval.jsonl'}")
     assert before <= 0.7, before  # the LM alone does not judge (53.1% measured; 64 pairs: chance 50% +- 6%)
     assert after >= 0.9, (before, after)  # 100% measured
-    assert export.main(["--checkpoint", str(tmp_path / "sft"), "--out", str(tmp_path / "grm_hf")]) == 0
-    # The export judges LongQA in both orders. Verdicts are not asserted: in two CI runs (fresh clone, fresh .venv)
-    # this judge, at 100% on its held-out pairs, generated no parsable verdict (8 of 8; also when evaluated again in
-    # a fresh process), where every run on the development machine parsed 8 of 8. Open in issue 42.
-    code = evaluate.main(["--model-path", str(tmp_path / "grm_hf"), "--data-path", str(data / "long_rewardbench"),
-                          "--save-path", str(tmp_path / "grm_eval"), "--tasks", "LongQA", "--both-orders",
-                          "--dtype", "float32", "--max-new-tokens", "64", "--no-progress"])
-    assert code in (0, evaluate.NO_VERDICT_EXIT), code
-    results = json.loads((tmp_path / "grm_eval" / "results.json").read_text())
-    assert results["both_orders"]["samples"] == 4
-    assert results["unparsable_verdicts"]["judgements"] == 8, results["unparsable_verdicts"]
+    # Its export and a GRM evaluation run through the CLIs in tests/test_tiny_judge_recipe.py (verdicts are not
+    # asserted at CI size: issue 42).
