@@ -132,3 +132,68 @@ def test_ring_of_one_without_seq_axis():
         out = jax.jit(lambda q, k, v: ring_attention(q, k, v, segment_ids=seg))(q, k, v)
     want, _ = _reference(True, True)
     assert rel_err(out, want) < 1e-5
+
+
+class _CountingKernel:
+    """XLA blocks that count the forward and backward calls actually run (a callback fires only in the branch a
+    lax.cond takes)."""
+
+    name = "counting-xla"
+    supports_ring_backward = True
+
+    def __init__(self):
+        self.calls = {"fwd": 0, "bwd": 0}
+
+    def _count(self, kind):
+        jax.debug.callback(lambda: self.calls.__setitem__(kind, self.calls[kind] + 1))
+
+    def fwd(self, q, k, v, **kw):
+        from longrm_jax.ops.xla_attention import XlaBlockKernel
+
+        self._count("fwd")
+        return XlaBlockKernel.fwd(q, k, v, **kw)
+
+    def bwd(self, *args, **kw):
+        from longrm_jax.ops.xla_attention import XlaBlockKernel
+
+        self._count("bwd")
+        return XlaBlockKernel.bwd(*args, **kw)
+
+
+def test_zigzag_blocks_across_packed_sequences_are_skipped():
+    """A packed row of 4 sequences of 32 tokens over seq=4 (8 zigzag chunks of 16, chunk j in sequence j // 2):
+    of the 24 off-diagonal chunk pairs the ring visits, only the 4 inside one sequence (chunks 2i+1 against 2i)
+    run a kernel; the others are disjoint and skipped. Output and gradients still equal the dense reference."""
+    from longrm_jax.ops.ring import segments_meet
+
+    n, t = 4, 128
+    seg = jnp.asarray(np.repeat(np.arange(1, 5), 32)[None, :], jnp.int32)
+    kq, kk, kv, kw = jax.random.split(jax.random.key(1), 4)
+    q, w = jax.random.normal(kq, (1, t, HQ, D)), jax.random.normal(kw, (1, t, HQ, D))
+    k, v = jax.random.normal(kk, (1, t, HKV, D)), jax.random.normal(kv, (1, t, HKV, D))
+    kernel = _CountingKernel()
+
+    def loss(f, q, k, v):
+        return jnp.sum(f(q, k, v) * w)
+
+    ring = lambda q, k, v: zigzag_restore(  # noqa: E731
+        ring_attention(zigzag_reorder(q, n), zigzag_reorder(k, n), zigzag_reorder(v, n),
+                       segment_ids=zigzag_reorder(seg, n), impl=kernel), n)
+    rings = len(jax.devices()) // n  # the batch of 1 is replicated over the other devices: a ring each
+    with jax.set_mesh(make_mesh(data=1, fsdp=-1, seq=n)):
+        out = jax.jit(ring)(q, k, v)
+        jax.block_until_ready(out)
+        # 4 own-device blocks + the 4 within a sequence (not 4 + 24), on each device of each ring
+        assert kernel.calls["fwd"] == rings * (n + 4), kernel.calls
+        grads = jax.jit(jax.grad(functools.partial(loss, ring), argnums=(0, 1, 2)))(q, k, v)
+        jax.block_until_ready(grads)
+    ref = lambda q, k, v: dense_reference(q, k, v, segment_ids=seg, causal=True)  # noqa: E731
+    assert rel_err(out, ref(q, k, v)) < 1e-5
+    for name, g, r in zip("qkv", grads, jax.grad(functools.partial(loss, ref), argnums=(0, 1, 2))(q, k, v)):
+        assert rel_err(g, r) < 1e-5, f"d{name}"
+    # the overlap test itself: ranges of ids per row, padding (0) a segment like any other
+    s = lambda *rows: jnp.asarray(rows, jnp.int32)  # noqa: E731
+    assert not bool(segments_meet(s([1, 1, 2]), s([3, 3, 4])))
+    assert bool(segments_meet(s([1, 2, 2]), s([2, 3, 3])))
+    assert bool(segments_meet(s([3, 0, 0]), s([1, 1, 0])))  # padding meets padding
+    assert bool(segments_meet(s([1, 1], [5, 5]), s([2, 2], [5, 6])))  # any row that meets runs the block

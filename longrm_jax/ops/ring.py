@@ -80,6 +80,16 @@ def _zigzag_pairs(src, me, c):
     return (jnp.where(earlier, 0, c), 0), (c, jnp.where(earlier, 0, c))
 
 
+def segments_meet(q_seg, kv_seg):
+    """Whether a query of ``q_seg`` [B, c] may share a segment with a key of ``kv_seg`` [B, c] (padding, 0, counts
+    as a segment): in some row the two ranges of ids overlap. Exact for a packed row, whose segments are
+    contiguous runs numbered along it (a shared range then holds a shared id), and never false when an id is
+    shared: a block it calls disjoint has nothing to compute under the segment mask."""
+    lo = jnp.maximum(q_seg.min(axis=1), kv_seg.min(axis=1))
+    hi = jnp.minimum(q_seg.max(axis=1), kv_seg.max(axis=1))
+    return jnp.any(lo <= hi)
+
+
 def _as_first_partial(out, lse):
     """A block's (out, lse) as the accumulators' starting value: fp32, zero where the block saw no key (what
     ``merge_partial`` into empty accumulators gives)."""
@@ -115,8 +125,9 @@ def _fwd_block(kernel, step, src, me, q, k, v, q_seg, kv_seg, causal, zigzag, sc
     if zigzag:
         c = q.shape[1] // 2
         for qs, ks in _zigzag_pairs(src, me, c):
-            out, lse = call(_part(q, qs, c, 1), _part(k, ks, c, 1), _part(v, ks, c, 1), _part(q_seg, qs, c, 1),
-                            _part(kv_seg, ks, c, 1), False)
+            args = (_part(q, qs, c, 1), _part(k, ks, c, 1), _part(v, ks, c, 1), _part(q_seg, qs, c, 1),
+                    _part(kv_seg, ks, c, 1))
+            out, lse = _unless_disjoint(lambda a: call(*a, False), args, fills=(0.0, -jnp.inf))
             out_acc, lse_acc = acc
             out_h, lse_h = merge_partial(_part(out_acc, qs, c, 1), _part(lse_acc, qs, c, 2), out, lse)
             acc = (lax.dynamic_update_slice_in_dim(out_acc, out_h, qs, 1),
@@ -149,9 +160,9 @@ def _bwd_block(kernel, step, src, me, q, k, v, out, lse, dout, q_seg, kv_seg, ca
     if zigzag:
         c = q.shape[1] // 2
         for qs, ks in _zigzag_pairs(src, me, c):
-            dq_s, dk_s, dv_s = call(_part(q, qs, c, 1), _part(k, ks, c, 1), _part(v, ks, c, 1),
-                                    _part(out, qs, c, 1), _part(lse, qs, c, 2), _part(dout, qs, c, 1),
-                                    _part(q_seg, qs, c, 1), _part(kv_seg, ks, c, 1), False)
+            args = (_part(q, qs, c, 1), _part(k, ks, c, 1), _part(v, ks, c, 1), _part(out, qs, c, 1),
+                    _part(lse, qs, c, 2), _part(dout, qs, c, 1), _part(q_seg, qs, c, 1), _part(kv_seg, ks, c, 1))
+            dq_s, dk_s, dv_s = _unless_disjoint(lambda a: call(*a, False), args, fills=(0.0, 0.0, 0.0))
             dq, dk, dv = grads
             grads = (_add_part(dq, qs, dq_s, 1), _add_part(dk, ks, dk_s, 1), _add_part(dv, ks, dv_s, 1))
         return grads
@@ -163,6 +174,23 @@ def _bwd_block(kernel, step, src, me, q, k, v, out, lse, dout, q_seg, kv_seg, ca
         return grads
 
     return lax.cond(src < me, earlier, later, grads)
+
+
+def _unless_disjoint(compute, args, fills):
+    """``compute(args)`` for a zigzag block, or its outputs filled with ``fills`` (a forward block that saw no key:
+    out 0, LSE -inf, which merge_partial leaves the accumulators unchanged by; a backward one: zero gradients)
+    when its query and key segment ids (the last two of ``args``) share no segment. Packed rows' blocks across
+    sequences then cost a cond instead of a dense kernel over a masked block. Only the block's own result passes
+    through the cond, never the accumulators (which a cond would copy)."""
+    q_seg, kv_seg = args[-2:]
+    if q_seg is None:
+        return compute(args)
+    shapes = jax.eval_shape(compute, args)
+
+    def nothing(_):
+        return tuple(jnp.full(x.shape, fill, x.dtype) for x, fill in zip(shapes, fills))
+
+    return lax.cond(segments_meet(q_seg, kv_seg), compute, nothing, args)
 
 
 def _ring_perm(n):
