@@ -35,7 +35,7 @@ def abstract_params(smoke: bool, dtype):
 
     from longrm_jax.training.model_setup import preset_config
 
-    from longrm_jax.models.decoder import build_model
+    from longrm_jax.models.heads import build_model
     from longrm_jax.training.params import ParamCodec
 
     cfg = load_config(None, [f"model.preset={'tiny_qwen3' if smoke else 'qwen3_8b'}", "stage=bt"] +

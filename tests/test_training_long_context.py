@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from longrm_jax.models.config import ModelConfig
-from longrm_jax.models.decoder import build_model
+from longrm_jax.models.heads import build_model
 from longrm_jax.training import lora
 from longrm_jax.training.memory_plan import GiB, MemoryPlanError, choose
 from longrm_jax.training.remat_candidates import AUTO_REMAT_ORDER, parse_candidate

@@ -28,7 +28,7 @@ from longrm_jax.cli_support import InputError
 from longrm_jax.hf.safetensors_io import SafetensorsFile
 from longrm_jax.hf.weights import HARMLESS_EXTRA, WeightRule, read_slice, weight_rules
 from longrm_jax.models.config import ModelConfig, from_hf_config
-from longrm_jax.models.decoder import build_model
+from longrm_jax.models.heads import build_model
 from longrm_jax.parallel.mesh import logical_to_spec
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,8 @@
 
 from longrm_jax.models.cache import KVCache
 from longrm_jax.models.config import ModelConfig, from_hf_config, to_hf_config
-from longrm_jax.models.decoder import CausalLM, Decoder, SequenceClassifier, build_model, pooled_index
+from longrm_jax.models.decoder import Decoder
+from longrm_jax.models.heads import CausalLM, SequenceClassifier, build_model, pooled_index
 
 __all__ = [
     "CausalLM",
