@@ -35,6 +35,7 @@ from longrm_jax.ops.contract import (
     check_shapes,
     mesh_size,
     split_segment_ids,
+    window_kwargs,
 )
 from longrm_jax.ops.dispatch import local_impl, resolve_impl
 from longrm_jax.ops.ring import ring_attention
@@ -58,7 +59,7 @@ def attention_with_lse(q, k, v, *, segment_ids=None, causal=True, impl="auto", s
                                       scale=scale, window=window)
     kernel = flash.get_kernel(name, interpret)
     return kernel.attention_with_lse(q, k, v, q_segment_ids=q_seg, kv_segment_ids=kv_seg, causal=causal,
-                                     scale=scale, **_window_kw(window))
+                                     scale=scale, **window_kwargs(window))
 
 
 def attention(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None, interpret=False, window=None):
@@ -91,12 +92,7 @@ def attention(q, k, v, *, segment_ids=None, causal=True, impl="auto", scale=None
                                         scale=scale, window=window)
         return out
     return flash.get_kernel(name, interpret).attention(q, k, v, q_segment_ids=q_seg, kv_segment_ids=kv_seg,
-                                            causal=causal, scale=scale, **_window_kw(window))
-
-
-def _window_kw(window):
-    """The window argument for a kernel: only those that honour one take it (``contract.check_window``)."""
-    return {} if window is None else {"window": window}
+                                            causal=causal, scale=scale, **window_kwargs(window))
 
 
 def dense_reference(q, k, v, *, segment_ids=None, causal=True, scale=None, window=None):

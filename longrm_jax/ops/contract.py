@@ -45,6 +45,12 @@ def check_impl(impl):
 WINDOW_IMPLS = ("xla", "cudnn", "splash")
 
 
+def window_kwargs(window) -> dict:
+    """The ``window=`` keyword for a kernel call: absent without a window, so that kernels that honour none keep
+    their signatures (only ``WINDOW_IMPLS`` take it)."""
+    return {} if window is None else {"window": window}
+
+
 def check_window(name, window, causal=True):
     """Refuse a sliding ``window`` that implementation ``name`` would not honour (or a non-causal one)."""
     if window is None:

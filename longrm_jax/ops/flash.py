@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from longrm_jax.ops import cudnn_flash, cudnn_packed, slow_paths
-from longrm_jax.ops.contract import AttentionNotSupportedError, check_interpret
+from longrm_jax.ops.contract import AttentionNotSupportedError, check_interpret, window_kwargs
 from longrm_jax.ops.kernel_vjp import LseVjpKernel, lse_vjp_kernel
 from longrm_jax.ops.splash import SplashKernel
 from longrm_jax.parallel.target import target_of
@@ -259,11 +259,6 @@ class HybridKernel(TokamaxKernel):
 # -------------------------------------------------------------------------------------------- cuDNN
 
 
-def _window(window):
-    """The window argument for a call that takes one (absent without a window)."""
-    return {} if window is None else {"window": window}
-
-
 class CudnnKernel:
     """cuDNN flash attention: GQA, causal and causal sliding windows; no segment ids."""
 
@@ -297,7 +292,7 @@ class CudnnKernel:
     def fwd(self, q, k, v, *, q_segment_ids=None, kv_segment_ids=None, causal=True, scale=None, window=None):
         self._check(q, k, q_segment_ids, causal)
         if cudnn_flash.available():
-            return cudnn_flash.flash_forward(q, k, v, causal=causal, scale=scale, **_window(window))
+            return cudnn_flash.flash_forward(q, k, v, causal=causal, scale=scale, **window_kwargs(window))
         out, lse = self._jax_nn(q, k, v, causal, scale, window, return_residual=True)
         return out, lse.transpose(0, 2, 1).astype(jnp.float32)  # [B, T, H], rounded to q's dtype by jax.nn
 
@@ -310,7 +305,7 @@ class CudnnKernel:
                 "cuDNN blocks; use impl='pallas' (tokamax) or 'xla'")
         self._check(q, k, q_segment_ids, causal)
         return cudnn_flash.flash_backward(q, k, v, out, lse, dout, causal=causal, scale=scale,
-                                          **_window(window))
+                                          **window_kwargs(window))
 
     def _bwd_recompute(self, q, k, v, out, lse, dout, *, q_segment_ids=None, kv_segment_ids=None, causal=True,
                        scale=None, window=None):

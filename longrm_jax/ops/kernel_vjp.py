@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 from jax.custom_derivatives import SymbolicZero
 
-from longrm_jax.ops.contract import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME
+from longrm_jax.ops.contract import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME, window_kwargs
 
 
 def lse_vjp_kernel(fwd, bwd):
@@ -23,18 +23,15 @@ def lse_vjp_kernel(fwd, bwd):
     def _kv(q_seg, kv_seg):
         return q_seg if kv_seg is None else kv_seg
 
-    def _window(window):  # only kernels that honour a window take the argument (ops.contract.WINDOW_IMPLS)
-        return {} if window is None else {"window": window}
-
     @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
     def f(q, k, v, q_seg, kv_seg, causal, scale, window=None):
         return fwd(q, k, v, q_segment_ids=q_seg, kv_segment_ids=_kv(q_seg, kv_seg), causal=causal, scale=scale,
-                   **_window(window))
+                   **window_kwargs(window))
 
     def f_fwd(q, k, v, q_seg, kv_seg, causal, scale, window=None):
         q, k, v, q_seg, kv_seg = jax.tree.map(lambda p: p.value, (q, k, v, q_seg, kv_seg))
         out, lse = fwd(q, k, v, q_segment_ids=q_seg, kv_segment_ids=_kv(q_seg, kv_seg), causal=causal,
-                       scale=scale, **_window(window))
+                       scale=scale, **window_kwargs(window))
         # Named so that a remat policy can keep exactly these two (the backward's only kernel outputs) and
         # recompute q, k, v: see models.layers.save_attention_policy.
         out, lse = checkpoint_name(out, ATTENTION_OUT_NAME), checkpoint_name(lse, ATTENTION_LSE_NAME)
@@ -48,7 +45,7 @@ def lse_vjp_kernel(fwd, bwd):
         if isinstance(dout, SymbolicZero):
             dout = jnp.zeros(out.shape, out.dtype)
         dq, dk, dv = bwd(q, k, v, out, lse, dout, q_segment_ids=q_seg, kv_segment_ids=_kv(q_seg, kv_seg),
-                         causal=causal, scale=scale, **_window(window))
+                         causal=causal, scale=scale, **window_kwargs(window))
         return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None
 
     f.defvjp(f_fwd, f_bwd, symbolic_zeros=True)
