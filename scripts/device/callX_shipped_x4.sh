@@ -6,10 +6,15 @@
 #   shipped4  all 4 GPUs: mesh auto chooses (the ring, seq=4, for one row per micro step) and prints why;
 #   shipped1  GPU 0 alone (CUDA_VISIBLE_DEVICES=0): `model.remat=auto` and `optim.offload_state=true` (the README's
 #             one-GPU settings for 128K tokens of full-parameter SimPO: the fp32 moments do not fit beside the rest).
-# PARTS picks (default "shipped4 shipped1"); everything lands in $OUT/callX.tgz as it goes, the traces beside it.
+#   prevN     all GPUs again, with the package as it was before the ring skipped cross-sequence blocks (aa378ed^,
+#             a copy in .prev/, git-excluded: `git archive aa378ed^ longrm_jax | tar x -C .prev`, carried with .whl):
+#             the same-machine comparison for that change.
+# On a machine of N GPUs the all-GPU parts are named shippedN / prevN (session 23: 2 x H200).
+# PARTS picks (default "shippedN shipped1"); everything lands in $OUT/callX.tgz as it goes, the traces beside it.
 # Run: bash scripts/device/callX_shipped_x4.sh
 source scripts/device/common.sh
-OUTF=$OUT; W=/tmp/wx; mkdir -p $W; START=$(date +%s); BUDGET_S=${BUDGET_S:-580}; PARTS=${PARTS:-"shipped4 shipped1"}
+OUTF=$OUT; W=/tmp/wx; mkdir -p $W; START=$(date +%s); BUDGET_S=${BUDGET_S:-580}; PARTS=${PARTS:-"shippedN shipped1"}
+N=$(nvidia-smi -L | wc -l)
 left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee $W/gpus.txt
 SETS=(--set model.init=null --set model.preset=qwen3_8b --set data.source=synthetic --set data.eval_source=null
@@ -22,8 +27,8 @@ one() {  # one NAME LIMIT_S [--set ...]
   [ $(left) -lt $t ] && t=$(( $(left) - 5 ))
   if [ $t -lt 150 ]; then echo "=== $name skipped: $(left) s left" | tee -a $W/summary.txt; return; fi
   echo "=== $name $(date -u +%T) python3 -m longrm_jax.train --config configs/qwen3_8b_grm_simpo.yaml ${SETS[*]} $* --set output_dir=/tmp/runs/$name" | tee -a $W/summary.txt
-  timeout $t python3 -m longrm_jax.train --config configs/qwen3_8b_grm_simpo.yaml "${SETS[@]}" "$@" \
-    --set output_dir=/tmp/runs/$name > $W/$name.log 2>&1
+  ( cd ${PKG_DIR:-.} && timeout $t python3 -m longrm_jax.train --config configs/qwen3_8b_grm_simpo.yaml "${SETS[@]}" "$@" \
+    --set output_dir=/tmp/runs/$name > $W/$name.log 2>&1 )
   echo "rc=$?" | tee -a $W/summary.txt
   grep -iE "mesh|tokens_per_s|summary|predicted|refus|remat|error" $W/$name.log | cut -c1-300 | tail -14 | tee -a $W/summary.txt
   cp /tmp/runs/$name/metrics.jsonl $W/$name.metrics.jsonl 2>/dev/null; cp /tmp/runs/$name/memory_plan.json $W/$name.plan.json 2>/dev/null
@@ -34,7 +39,9 @@ one() {  # one NAME LIMIT_S [--set ...]
 }
 for p in $PARTS; do
   case $p in
-    shipped4) one shipped4 300 ;;
+    shippedN) one shipped$N 300 ;;
+    prevN) ln -sfn ../configs .prev/configs; PKG_DIR=.prev one prev$N 300
+           (cd .prev && python3 -c "import longrm_jax.ops.ring as r; print('prev ring', r.__file__, 'skips' if hasattr(r, 'segments_meet') else 'no skip')") | tee -a $W/summary.txt ;;
     shipped1) CUDA_VISIBLE_DEVICES=0 one shipped1 300 --set model.remat=auto --set optim.offload_state=true ;;
   esac
 done
