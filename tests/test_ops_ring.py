@@ -160,40 +160,86 @@ class _CountingKernel:
         return XlaBlockKernel.bwd(*args, **kw)
 
 
-def test_zigzag_blocks_across_packed_sequences_are_skipped():
-    """A packed row of 4 sequences of 32 tokens over seq=4 (8 zigzag chunks of 16, chunk j in sequence j // 2):
-    of the 24 off-diagonal chunk pairs the ring visits, only the 4 inside one sequence (chunks 2i+1 against 2i)
-    run a kernel; the others are disjoint and skipped. Output and gradients still equal the dense reference."""
-    from longrm_jax.ops.ring import segments_meet
-
-    n, t = 4, 128
-    seg = jnp.asarray(np.repeat(np.arange(1, 5), 32)[None, :], jnp.int32)
+def _run_counted_ring(seg, n, kernel, **ring_kwargs):
+    """Output and (q, k, v) gradients of a zigzag ring over ``seg`` [1, t] with ``kernel``, beside the dense
+    reference's."""
+    t = seg.shape[1]
     kq, kk, kv, kw = jax.random.split(jax.random.key(1), 4)
     q, w = jax.random.normal(kq, (1, t, HQ, D)), jax.random.normal(kw, (1, t, HQ, D))
     k, v = jax.random.normal(kk, (1, t, HKV, D)), jax.random.normal(kv, (1, t, HKV, D))
-    kernel = _CountingKernel()
 
     def loss(f, q, k, v):
         return jnp.sum(f(q, k, v) * w)
 
     ring = lambda q, k, v: zigzag_restore(  # noqa: E731
         ring_attention(zigzag_reorder(q, n), zigzag_reorder(k, n), zigzag_reorder(v, n),
-                       segment_ids=zigzag_reorder(seg, n), impl=kernel), n)
-    rings = len(jax.devices()) // n  # the batch of 1 is replicated over the other devices: a ring each
+                       segment_ids=zigzag_reorder(seg, n), impl=kernel, **ring_kwargs), n)
     with jax.set_mesh(make_mesh(data=1, fsdp=-1, seq=n)):
         out = jax.jit(ring)(q, k, v)
         jax.block_until_ready(out)
-        # 4 own-device blocks + the 4 within a sequence (not 4 + 24), on each device of each ring
-        assert kernel.calls["fwd"] == rings * (n + 4), kernel.calls
+        fwd_calls = kernel.calls["fwd"]
         grads = jax.jit(jax.grad(functools.partial(loss, ring), argnums=(0, 1, 2)))(q, k, v)
         jax.block_until_ready(grads)
     ref = lambda q, k, v: dense_reference(q, k, v, segment_ids=seg, causal=True)  # noqa: E731
-    assert rel_err(out, ref(q, k, v)) < 1e-5
-    for name, g, r in zip("qkv", grads, jax.grad(functools.partial(loss, ref), argnums=(0, 1, 2))(q, k, v)):
+    ref_grads = jax.grad(functools.partial(loss, ref), argnums=(0, 1, 2))(q, k, v)
+    return fwd_calls, (out, grads), (ref(q, k, v), ref_grads)
+
+
+def test_packed_sub_blocks_skip_the_parts_of_a_zigzag_block_across_sequences(monkeypatch):
+    """Sequences of 40, 40 and 44 tokens then 4 of padding in a row of 128 over seq=4 (zigzag chunks of 16),
+    sub-blocks of 8: a c x c call that holds a sequence boundary runs only its sub-blocks within one sequence, and
+    padding meets only padding (the padded last chunk used to meet every block). The expected count is enumerated
+    here on global positions: device r holds chunks r and 7 - r; from an earlier device both its chunks see the
+    sender's first chunk, from a later one its second chunk sees both of the sender's."""
+    from longrm_jax.ops import ring
+
+    monkeypatch.setattr(ring, "SUB_BLOCK_ALIGN", 8)  # the kernels' tile (128) would leave chunks of 16 uncut
+    n, c, sub = 4, 16, 8
+    ids = np.repeat([1, 2, 3, 0], [40, 40, 44, 4])
+
+    def meets(qc, kc, i, j):  # sub-block i of query chunk qc against sub-block j of key chunk kc
+        qa, ka = qc * c + i * sub, kc * c + j * sub
+        return bool(set(ids[qa:qa + sub]) & set(ids[ka:ka + sub]))
+
+    expected = n  # the own-device (causal) calls are never cut
+    for me in range(n):
+        for src in set(range(n)) - {me}:
+            pairs = [(me, src), (2 * n - 1 - me, src)] if src < me else [(2 * n - 1 - me, src),
+                                                                         (2 * n - 1 - me, 2 * n - 1 - src)]
+            expected += sum(meets(qc, kc, i, j) for qc, kc in pairs for i in range(2) for j in range(2))
+    whole = _CountingKernel()
+    whole_calls, _, _ = _run_counted_ring(jnp.asarray(ids[None], jnp.int32), n, whole, sub_block=None)
+    kernel = _CountingKernel()
+    calls, (out, grads), (ref_out, ref_grads) = _run_counted_ring(jnp.asarray(ids[None], jnp.int32), n, kernel,
+                                                                   sub_block=sub)
+    rings = len(jax.devices()) // n
+    assert calls == rings * expected, (calls, expected)
+    assert expected - n < 4 * (whole_calls // rings - n)  # fewer sub-blocks than the whole calls' four each
+    assert rel_err(out, ref_out) < 1e-5
+    for name, g, r in zip("qkv", grads, ref_grads):
+        assert rel_err(g, r) < 1e-5, f"d{name}"
+
+
+def test_zigzag_blocks_across_packed_sequences_are_skipped():
+    """A packed row of 4 sequences of 32 tokens over seq=4 (8 zigzag chunks of 16, chunk j in sequence j // 2):
+    of the 24 off-diagonal chunk pairs the ring visits, only the 4 inside one sequence (chunks 2i+1 against 2i)
+    run a kernel; the others are disjoint and skipped. Output and gradients still equal the dense reference."""
+    from longrm_jax.ops.ring import segments_meet
+
+    n = 4
+    seg = jnp.asarray(np.repeat(np.arange(1, 5), 32)[None, :], jnp.int32)
+    kernel = _CountingKernel()
+    calls, (out, grads), (ref_out, ref_grads) = _run_counted_ring(seg, n, kernel)
+    rings = len(jax.devices()) // n  # the batch of 1 is replicated over the other devices: a ring each
+    # 4 own-device blocks + the 4 within a sequence (not 4 + 24), on each device of each ring
+    assert calls == rings * (n + 4), kernel.calls
+    assert rel_err(out, ref_out) < 1e-5
+    for name, g, r in zip("qkv", grads, ref_grads):
         assert rel_err(g, r) < 1e-5, f"d{name}"
     # the overlap test itself: ranges of ids per row, padding (0) a segment like any other
     s = lambda *rows: jnp.asarray(rows, jnp.int32)  # noqa: E731
     assert not bool(segments_meet(s([1, 1, 2]), s([3, 3, 4])))
     assert bool(segments_meet(s([1, 2, 2]), s([2, 3, 3])))
     assert bool(segments_meet(s([3, 0, 0]), s([1, 1, 0])))  # padding meets padding
+    assert not bool(segments_meet(s([3, 0, 0]), s([1, 2, 2])))  # and nothing else: 0 is not the range's start
     assert bool(segments_meet(s([1, 1], [5, 5]), s([2, 2], [5, 6])))  # any row that meets runs the block

@@ -19,7 +19,11 @@ r holds chunks ``r`` and ``2n-1-r`` (``parallel.zigzag``), so every device does 
   - a block from device j > r: exactly the second half of the queries see all the keys (non-causal call).
 Every off-diagonal step is thus half a block with no mask, run as two c x c calls (c = T/2n) whose chunk offsets
 depend on ``src < me`` (``_zigzag_pairs``): the hidden half is never computed, every device runs the same kernels,
-and the accumulators are updated in place. With ``zigzag=False`` (contiguous shards) blocks from later devices
+and the accumulators are updated in place. With segment ids (packed rows) each c x c call is cut further into
+sub-blocks of ``PACKED_SUB_BLOCK`` tokens a side, and a sub-block whose query and key segments never meet skips its
+kernel (``_unless_disjoint``): zigzag balances one causal sequence, not the sequences of a packed row, and a dense
+c x c call over a block that holds only a corner of one sequence gave one GPU twice the kernel time of the other
+(docs/perf_training.md, "Packed rows over the ring"). With ``zigzag=False`` (contiguous shards) blocks from later devices
 are skipped with ``lax.cond`` (the device idles: contiguous causal rings are unbalanced, which is why zigzag is
 the default).
 
@@ -80,14 +84,49 @@ def _zigzag_pairs(src, me, c):
     return (jnp.where(earlier, 0, c), 0), (c, jnp.where(earlier, 0, c))
 
 
+# Side of the sub-blocks that packed rows' off-diagonal zigzag calls are cut into, so that a sub-block across
+# sequences skips its kernel. Finer tracks the segments more closely but runs more, smaller kernels, each with
+# its accumulator merge and a cond (a predicate read by the host on GPUs): 8K x 8K at 32 query heads is still
+# thousands of kernel tiles. Cuts fall on multiples of SUB_BLOCK_ALIGN tokens (the kernels' largest tile), so a
+# 32,000-token chunk (128,000-token rows over seq=2) becomes sides of 7,936 and 8,064.
+PACKED_SUB_BLOCK = 8192
+SUB_BLOCK_ALIGN = 128
+
+
+def _cuts(c, sub):
+    """(offset, size) of the parts a chunk of ``c`` tokens is cut into: about ``c / sub`` parts, each boundary on a
+    multiple of SUB_BLOCK_ALIGN (``sub=None``, or a chunk that is not such a multiple: one part)."""
+    parts = max(1, round(c / sub)) if sub else 1
+    if parts == 1 or c % SUB_BLOCK_ALIGN:
+        return [(0, c)]
+    units = c // SUB_BLOCK_ALIGN
+    edges = sorted({round(i * units / parts) * SUB_BLOCK_ALIGN for i in range(parts + 1)})
+    return [(a, b - a) for a, b in zip(edges, edges[1:])]
+
+
+def _sub_pairs(pairs, c, sub):
+    """The (query start, query size, key start, key size) calls of ``pairs`` (c x c each) cut by ``_cuts``."""
+    cuts = _cuts(c, sub)
+    return [(qs + qo, qn, ks + ko, kn) for qs, ks in pairs for qo, qn in cuts for ko, kn in cuts]
+
+
+def _id_range(seg):
+    """Per row, the smallest and largest non-padding id of ``seg`` [B, c] (lo > hi for a row of padding only)."""
+    lo = jnp.where(seg > 0, seg, jnp.iinfo(jnp.int32).max).min(axis=1)
+    return lo, seg.max(axis=1)
+
+
 def segments_meet(q_seg, kv_seg):
-    """Whether a query of ``q_seg`` [B, c] may share a segment with a key of ``kv_seg`` [B, c] (padding, 0, counts
-    as a segment): in some row the two ranges of ids overlap. Exact for a packed row, whose segments are
-    contiguous runs numbered along it (a shared range then holds a shared id), and never false when an id is
-    shared: a block it calls disjoint has nothing to compute under the segment mask."""
-    lo = jnp.maximum(q_seg.min(axis=1), kv_seg.min(axis=1))
-    hi = jnp.minimum(q_seg.max(axis=1), kv_seg.max(axis=1))
-    return jnp.any(lo <= hi)
+    """Whether a query of ``q_seg`` [B, c] may share a segment with a key of ``kv_seg`` [B, c']: in some row the two
+    ranges of non-padding ids overlap, or both blocks hold padding (0, which attends to padding). Exact for a
+    packed row, whose segments are contiguous runs numbered along it (a shared range then holds a shared id), and
+    never false when an id is shared: a block it calls disjoint has nothing to compute under the segment mask.
+    Padding is kept out of the ranges: it ends the row, so a block holding it would otherwise range from 0 up and
+    meet every earlier block (the last zigzag chunk's device then ran every sub-block: 2 x H200, session 23)."""
+    (q_lo, q_hi), (k_lo, k_hi) = _id_range(q_seg), _id_range(kv_seg)
+    ids_meet = jnp.maximum(q_lo, k_lo) <= jnp.minimum(q_hi, k_hi)
+    padding_meets = jnp.any(q_seg == 0, axis=1) & jnp.any(kv_seg == 0, axis=1)
+    return jnp.any(ids_meet | padding_meets)
 
 
 def _as_first_partial(out, lse):
@@ -109,7 +148,7 @@ def _block_case(step, src, me, causal, zigzag):
     return None  # depends on src < me, known at run time
 
 
-def _fwd_block(kernel, step, src, me, q, k, v, q_seg, kv_seg, causal, zigzag, scale, acc):
+def _fwd_block(kernel, step, src, me, q, k, v, q_seg, kv_seg, causal, zigzag, scale, acc, sub_block=None):
     """The accumulators ``acc`` = (out fp32 [B,T,H,D], lse [B,H,T]) merged with the local queries' attention to the
     key block from device ``src`` (at step 0, ``acc`` is None: the block's own result starts them)."""
 
@@ -124,12 +163,12 @@ def _fwd_block(kernel, step, src, me, q, k, v, q_seg, kv_seg, causal, zigzag, sc
 
     if zigzag:
         c = q.shape[1] // 2
-        for qs, ks in _zigzag_pairs(src, me, c):
-            args = (_part(q, qs, c, 1), _part(k, ks, c, 1), _part(v, ks, c, 1), _part(q_seg, qs, c, 1),
-                    _part(kv_seg, ks, c, 1))
+        for qs, qn, ks, kn in _sub_pairs(_zigzag_pairs(src, me, c), c, sub_block if q_seg is not None else None):
+            args = (_part(q, qs, qn, 1), _part(k, ks, kn, 1), _part(v, ks, kn, 1), _part(q_seg, qs, qn, 1),
+                    _part(kv_seg, ks, kn, 1))
             out, lse = _unless_disjoint(lambda a: call(*a, False), args, fills=(0.0, -jnp.inf))
             out_acc, lse_acc = acc
-            out_h, lse_h = merge_partial(_part(out_acc, qs, c, 1), _part(lse_acc, qs, c, 2), out, lse)
+            out_h, lse_h = merge_partial(_part(out_acc, qs, qn, 1), _part(lse_acc, qs, qn, 2), out, lse)
             acc = (lax.dynamic_update_slice_in_dim(out_acc, out_h, qs, 1),
                    lax.dynamic_update_slice_in_dim(lse_acc, lse_h, qs, 2))
         return acc
@@ -143,7 +182,8 @@ def _fwd_block(kernel, step, src, me, q, k, v, q_seg, kv_seg, causal, zigzag, sc
     return lax.cond(src < me, earlier, later, acc)
 
 
-def _bwd_block(kernel, step, src, me, q, k, v, out, lse, dout, q_seg, kv_seg, causal, zigzag, scale, grads):
+def _bwd_block(kernel, step, src, me, q, k, v, out, lse, dout, q_seg, kv_seg, causal, zigzag, scale, grads,
+               sub_block=None):
     """The fp32 accumulators ``grads`` = (dq, dk, dv) plus this key block's share, from the global out/lse."""
 
     def call(q_, k_, v_, o_, l_, do_, qs, ks, c):
@@ -159,9 +199,9 @@ def _bwd_block(kernel, step, src, me, q, k, v, out, lse, dout, q_seg, kv_seg, ca
 
     if zigzag:
         c = q.shape[1] // 2
-        for qs, ks in _zigzag_pairs(src, me, c):
-            args = (_part(q, qs, c, 1), _part(k, ks, c, 1), _part(v, ks, c, 1), _part(out, qs, c, 1),
-                    _part(lse, qs, c, 2), _part(dout, qs, c, 1), _part(q_seg, qs, c, 1), _part(kv_seg, ks, c, 1))
+        for qs, qn, ks, kn in _sub_pairs(_zigzag_pairs(src, me, c), c, sub_block if q_seg is not None else None):
+            args = (_part(q, qs, qn, 1), _part(k, ks, kn, 1), _part(v, ks, kn, 1), _part(out, qs, qn, 1),
+                    _part(lse, qs, qn, 2), _part(dout, qs, qn, 1), _part(q_seg, qs, qn, 1), _part(kv_seg, ks, kn, 1))
             dq_s, dk_s, dv_s = _unless_disjoint(lambda a: call(*a, False), args, fills=(0.0, 0.0, 0.0))
             dq, dk, dv = grads
             grads = (_add_part(dq, qs, dq_s, 1), _add_part(dk, ks, dk_s, 1), _add_part(dv, ks, dv_s, 1))
@@ -197,7 +237,7 @@ def _ring_perm(n):
     return [(i, (i + 1) % n) for i in range(n)]  # at step s device r holds the block of device r - s
 
 
-def _ring_forward(q, k, v, q_seg, kv_seg, *, axis, n, kernel, causal, zigzag, scale, window):
+def _ring_forward(q, k, v, q_seg, kv_seg, *, axis, n, kernel, causal, zigzag, scale, window, sub_block):
     me = lax.axis_index(axis) if n > 1 else 0
     perm = _ring_perm(n)
     acc = None  # (out fp32, lse), started by step 0's block
@@ -207,7 +247,8 @@ def _ring_forward(q, k, v, q_seg, kv_seg, *, axis, n, kernel, causal, zigzag, sc
         nxt = lax.ppermute(kv, axis, perm) if step < n - 1 else None
         src = (me - step) % n
         if window is None:
-            acc = _fwd_block(kernel, step, src, me, q, kv[0], kv[1], q_seg, kv[2], causal, zigzag, scale, acc)
+            acc = _fwd_block(kernel, step, src, me, q, kv[0], kv[1], q_seg, kv[2], causal, zigzag, scale, acc,
+                             sub_block)
         else:  # a sliding-window layer: XLA blocks on global positions, pairs outside the window skipped
             part = window_fwd_block(q, kv[0], kv[1], q_seg, kv[2], me, src, n=n, zigzag=zigzag, window=window,
                                     scale=scale)
@@ -217,7 +258,8 @@ def _ring_forward(q, k, v, q_seg, kv_seg, *, axis, n, kernel, causal, zigzag, sc
     return out_acc.astype(q.dtype), lse_acc
 
 
-def _ring_backward(q, k, v, out, lse, dout, q_seg, kv_seg, *, axis, n, kernel, causal, zigzag, scale, window):
+def _ring_backward(q, k, v, out, lse, dout, q_seg, kv_seg, *, axis, n, kernel, causal, zigzag, scale, window,
+                   sub_block):
     me = lax.axis_index(axis) if n > 1 else 0
     perm = _ring_perm(n)
     dq = jnp.zeros(q.shape, jnp.float32)
@@ -228,7 +270,7 @@ def _ring_backward(q, k, v, out, lse, dout, q_seg, kv_seg, *, axis, n, kernel, c
         src = (me - step) % n
         if window is None:
             dq, dk, dv = _bwd_block(kernel, step, src, me, q, kv[0], kv[1], out, lse, dout, q_seg, kv[2],
-                                    causal, zigzag, scale, (dq, dk, dv))
+                                    causal, zigzag, scale, (dq, dk, dv), sub_block)
         else:
             parts = window_bwd_block(q, kv[0], kv[1], out, lse, dout, q_seg, kv[2], me, src, n=n,
                                      zigzag=zigzag, window=window, scale=scale)
@@ -272,12 +314,13 @@ _ring.defvjp(_ring_fwd, _ring_bwd)
 class _RingConfig:
     """Static ring settings (hashable, so it can be a custom_vjp non-differentiable argument)."""
 
-    def __init__(self, axis, n, kernel, causal, zigzag, scale, window=None):
-        self._items = (axis, n, kernel, bool(causal), bool(zigzag), float(scale), window)
+    def __init__(self, axis, n, kernel, causal, zigzag, scale, window=None, sub_block=None):
+        self._items = (axis, n, kernel, bool(causal), bool(zigzag), float(scale), window, sub_block)
 
     def kwargs(self):
-        axis, n, kernel, causal, zigzag, scale, window = self._items
-        return dict(axis=axis, n=n, kernel=kernel, causal=causal, zigzag=zigzag, scale=scale, window=window)
+        axis, n, kernel, causal, zigzag, scale, window, sub_block = self._items
+        return dict(axis=axis, n=n, kernel=kernel, causal=causal, zigzag=zigzag, scale=scale, window=window,
+                    sub_block=sub_block)
 
     def __hash__(self):
         return hash(self._items)
@@ -290,7 +333,7 @@ class _RingConfig:
 
 
 def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=True, zigzag=True,
-                   impl="auto", scale=None, interpret=False, window=None):
+                   impl="auto", scale=None, interpret=False, window=None, sub_block=PACKED_SUB_BLOCK):
     """Attention with the sequence split over mesh axis ``axis``; same math as ``ops.attention``.
 
     q [B, T, Hq, D], k/v [B, T, Hkv, D], segment_ids [B, T] are *global* arrays (under ``jit``, typically
@@ -304,7 +347,9 @@ def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=T
     ``cudnn`` (its blocks' backward needs JAX's private cuDNN API, see ``ops.cudnn_flash``), or ``splash``
     (TPU; the default there; ``interpret=True`` runs its blocks in the Pallas interpreter on any backend).
     ``window`` (causal only): a sliding window, on ``xla`` blocks only (``ops.ring_window``: the block pairs
-    outside the window are skipped); other block kernels refuse it.
+    outside the window are skipped); other block kernels refuse it. ``sub_block``: with segment ids, the side of
+    the sub-blocks (tokens) that off-diagonal zigzag calls are cut into so that those across sequences skip their
+    kernel (None: whole c x c calls); without segment ids calls are never cut.
     """
     check_shapes(q, k, v)
     if mesh is None:
@@ -339,7 +384,8 @@ def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=T
     heads = divisible_axes(mesh, (HEAD_AXIS,), math.gcd(hq, k.shape[2]), exclude=(axis,))
     qkv_spec = P(batch, seq_axis, heads, None)
     seg_spec = P(batch, seq_axis)
-    cfg = _RingConfig(axis, n, kernel, causal, zigzag and n > 1, scale, None if window is None else int(window))
+    cfg = _RingConfig(axis, n, kernel, causal, zigzag and n > 1, scale, None if window is None else int(window),
+                      None if sub_block is None else int(sub_block))
 
     if segment_ids is None:
         def per_device(q, k, v):
