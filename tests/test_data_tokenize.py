@@ -222,3 +222,32 @@ def test_encode_batch_equals_encode(tok):
     for text, ids in zip(texts, batch):
         np.testing.assert_array_equal(ids, tok.encode(text))
         assert ids.dtype == np.int32
+
+
+@pytest.mark.parametrize("name", ["tiny_tokenizer", "tiny_judge_tokenizer"])
+def test_bare_tokenizer_dirs_load_as_autotokenizer_does(tmp_path, name):
+    """The bundled (bare) tokenizer directories skip AutoTokenizer (whose import pulls torch in): the same class,
+    ids, special tokens and chat template as AutoTokenizer gives; a directory with a config.json takes
+    AutoTokenizer itself."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from longrm_jax.data.tokenize import load_hf_tokenizer
+
+    path = os.path.join(os.path.dirname(TINY_TOKENIZER_DIR), name)
+    want, got = AutoTokenizer.from_pretrained(path), load_hf_tokenizer(path)
+    assert type(got) is type(want)
+    text = "Hello <|im_start|>user\nwörld 12345<|im_end|>\n  tabs\t!"
+    assert got.encode(text) == want.encode(text)
+    assert (got.eos_token_id, got.pad_token_id, got.all_special_tokens) == (
+        want.eos_token_id, want.pad_token_id, want.all_special_tokens)
+    messages = [{"role": "user", "content": "a question"}, {"role": "assistant", "content": "an answer"}]
+    assert got.apply_chat_template(messages, tokenize=False) == want.apply_chat_template(messages, tokenize=False)
+    shutil.copytree(path, tmp_path / "model")
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "qwen3"}')
+    import unittest.mock
+
+    with unittest.mock.patch.object(AutoTokenizer, "from_pretrained", return_value="auto") as auto:
+        assert load_hf_tokenizer(str(tmp_path / "model")) == "auto"
+    auto.assert_called_once()

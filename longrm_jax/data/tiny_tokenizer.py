@@ -28,6 +28,6 @@ TINY_JUDGE_TOKENIZER_DIR = os.path.join(os.path.dirname(TINY_TOKENIZER_DIR), "ti
 
 def load_tiny_tokenizer():
     """The committed tiny tokenizer as an HF tokenizer (no network)."""
-    from transformers import AutoTokenizer
+    from longrm_jax.data.tokenize import load_hf_tokenizer
 
-    return AutoTokenizer.from_pretrained(TINY_TOKENIZER_DIR)
+    return load_hf_tokenizer(TINY_TOKENIZER_DIR)

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from longrm_jax.cli_support import InputError
-from longrm_jax.data.tokenize import TOKENIZER_FILES, ChatTokenizer, read_chat_template, truncate_middle
+from longrm_jax.data.tokenize import (TOKENIZER_FILES, ChatTokenizer, load_hf_tokenizer, read_chat_template,
+                                      truncate_middle)
 from longrm_jax.evaluation.prompts import judge_messages, position_letter
 from longrm_jax.evaluation.samples import EvalSample
 
@@ -43,10 +44,8 @@ def load_chat_tokenizers(model_path: str, chat_template: str | None = None) -> t
             f"{model_path}: no tokenizer in the model directory (expected one of {', '.join(TOKENIZER_FILES)}); "
             "copy the tokenizer files next to the weights"
         )
-    from transformers import AutoTokenizer
-
     try:
-        hf_tokenizer = AutoTokenizer.from_pretrained(model_path)
+        hf_tokenizer = load_hf_tokenizer(model_path)
     except Exception as error:  # noqa: BLE001 - re-raised with the path for the user
         first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
         raise ModelDirError(f"{model_path}: cannot load the tokenizer ({type(error).__name__}: {first})") from error

@@ -333,7 +333,7 @@ class _RingConfig:
 
 
 def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=True, zigzag=True,
-                   impl="auto", scale=None, interpret=False, window=None, sub_block=PACKED_SUB_BLOCK):
+                   impl="auto", scale=None, interpret=False, window=None, sub_block="auto"):
     """Attention with the sequence split over mesh axis ``axis``; same math as ``ops.attention``.
 
     q [B, T, Hq, D], k/v [B, T, Hkv, D], segment_ids [B, T] are *global* arrays (under ``jit``, typically
@@ -349,7 +349,7 @@ def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=T
     ``window`` (causal only): a sliding window, on ``xla`` blocks only (``ops.ring_window``: the block pairs
     outside the window are skipped); other block kernels refuse it. ``sub_block``: with segment ids, the side of
     the sub-blocks (tokens) that off-diagonal zigzag calls are cut into so that those across sequences skip their
-    kernel (None: whole c x c calls); without segment ids calls are never cut.
+    kernel (None: whole c x c calls; "auto": ``PACKED_SUB_BLOCK``); without segment ids calls are never cut.
     """
     check_shapes(q, k, v)
     if mesh is None:
@@ -384,6 +384,7 @@ def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=T
     heads = divisible_axes(mesh, (HEAD_AXIS,), math.gcd(hq, k.shape[2]), exclude=(axis,))
     qkv_spec = P(batch, seq_axis, heads, None)
     seg_spec = P(batch, seq_axis)
+    sub_block = PACKED_SUB_BLOCK if sub_block == "auto" else sub_block
     cfg = _RingConfig(axis, n, kernel, causal, zigzag and n > 1, scale, None if window is None else int(window),
                       None if sub_block is None else int(sub_block))
 
