@@ -85,11 +85,13 @@ def _zigzag_pairs(src, me, c):
 
 
 # Side of the sub-blocks that packed rows' off-diagonal zigzag calls are cut into, so that a sub-block across
-# sequences skips its kernel. Finer tracks the segments more closely but runs more, smaller kernels, each with
-# its accumulator merge and a cond (a predicate read by the host on GPUs): 8K x 8K at 32 query heads is still
-# thousands of kernel tiles. Cuts fall on multiples of SUB_BLOCK_ALIGN tokens (the kernels' largest tile), so a
-# 32,000-token chunk (128,000-token rows over seq=2) becomes sides of 7,936 and 8,064.
-PACKED_SUB_BLOCK = 8192
+# sequences skips its kernel. Finer tracks the segments more closely but runs more kernels, each with its
+# accumulator merge and a cond, and compiles longer: on 2 x H200 (docs/benchmarks.md, "Session 23") 8K sides
+# made a 20K-sequence row's step 26% shorter than whole blocks but the step's compile about 3 minutes longer,
+# and 16K sides leave that row's slowest device the same kernels (the count in docs/perf_training.md). Cuts fall
+# on multiples of SUB_BLOCK_ALIGN tokens (the kernels' largest tile): a 32,000-token chunk (128,000-token rows
+# over seq=2) becomes two of 16,000; 16,000-token chunks (seq=4) stay whole.
+PACKED_SUB_BLOCK = 16384
 SUB_BLOCK_ALIGN = 128
 
 
