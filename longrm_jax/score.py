@@ -162,7 +162,7 @@ def score_rows(model, rows: list[tuple[int, dict]], out, *, chunk: int, progress
 def _score(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     from longrm_jax.cli_support import configure_logging, silence_absl_warnings
-    from longrm_jax.evaluate import parse_mesh
+    from longrm_jax.evaluation.cli_args import parse_mesh
 
     configure_logging()
     silence_absl_warnings()

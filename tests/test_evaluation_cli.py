@@ -11,6 +11,7 @@ import pytest
 import torch  # noqa: F401 - the test extra installs it: a broken install fails the run, never skips
 
 from longrm_jax import evaluate  # noqa: E402
+from longrm_jax.evaluation import cli_args  # noqa: E402
 from longrm_jax.data.synthetic import write_long_rewardbench  # noqa: E402
 from helpers.tiny_checkpoint import make_tiny_checkpoint, make_tiny_model_dir  # noqa: E402
 
@@ -59,7 +60,7 @@ def test_gpu_decode_flags_only_for_grm_on_gpu(monkeypatch):
         return evaluate.build_parser().parse_args(["--model-path", "m", "--data-path", "d", *extra])
 
     monkeypatch.setattr(xla_bridge, "backends_are_initialized", lambda: False)
-    monkeypatch.setattr(evaluate, "_gpu_backend_possible", lambda environ: True)
+    monkeypatch.setattr(cli_args, "_gpu_backend_possible", lambda environ: True)
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
     assert evaluate.apply_gpu_decode_flags(args(), env)
     assert env["XLA_FLAGS"].split() == ["--xla_force_host_platform_device_count=8", *GPU_DECODE_XLA_FLAGS]
@@ -70,7 +71,7 @@ def test_gpu_decode_flags_only_for_grm_on_gpu(monkeypatch):
     env = {}
     assert not evaluate.apply_gpu_decode_flags(args(), env) and env == {}
     monkeypatch.undo()
-    assert not evaluate._gpu_backend_possible({"JAX_PLATFORMS": "cpu"})
+    assert not cli_args._gpu_backend_possible({"JAX_PLATFORMS": "cpu"})
     env = {"JAX_PLATFORMS": "cpu"}
     assert not evaluate.apply_gpu_decode_flags(args(), env) and "XLA_FLAGS" not in env
 
