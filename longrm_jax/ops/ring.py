@@ -20,8 +20,8 @@ r holds chunks ``r`` and ``2n-1-r`` (``parallel.zigzag``), so every device does 
 Every off-diagonal step is thus half a block with no mask, run as two c x c calls (c = T/2n) whose chunk offsets
 depend on ``src < me`` (``_zigzag_pairs``): the hidden half is never computed, every device runs the same kernels,
 and the accumulators are updated in place. With segment ids (packed rows) each c x c call is cut further into
-sub-blocks of ``PACKED_SUB_BLOCK`` tokens a side, and a sub-block whose query and key segments never meet skips its
-kernel (``_unless_disjoint``): zigzag balances one causal sequence, not the sequences of a packed row, and a dense
+sub-blocks of about ``PACKED_SUB_BLOCK`` tokens a side, run in a loop per sub-block shape (``_over_sub_pairs``), and a
+sub-block whose query and key segments never meet skips its kernel (``_unless_disjoint``): zigzag balances one causal sequence, not the sequences of a packed row, and a dense
 c x c call over a block that holds only a corner of one sequence gave one GPU twice the kernel time of the other
 (docs/perf_training.md, "Packed rows over the ring"). With ``zigzag=False`` (contiguous shards) blocks from later devices
 are skipped with ``lax.cond`` (the device idles: contiguous causal rings are unbalanced, which is why zigzag is
@@ -164,16 +164,16 @@ def _fwd_block(kernel, step, src, me, q, k, v, q_seg, kv_seg, causal, zigzag, sc
         return _as_first_partial(*part) if acc is None else merge_partial(*acc, *part)
 
     if zigzag:
-        c = q.shape[1] // 2
-        for qs, qn, ks, kn in _sub_pairs(_zigzag_pairs(src, me, c), c, sub_block if q_seg is not None else None):
+        def one(acc, qs, qn, ks, kn):
             args = (_part(q, qs, qn, 1), _part(k, ks, kn, 1), _part(v, ks, kn, 1), _part(q_seg, qs, qn, 1),
                     _part(kv_seg, ks, kn, 1))
             out, lse = _unless_disjoint(lambda a: call(*a, False), args, fills=(0.0, -jnp.inf))
             out_acc, lse_acc = acc
             out_h, lse_h = merge_partial(_part(out_acc, qs, qn, 1), _part(lse_acc, qs, qn, 2), out, lse)
-            acc = (lax.dynamic_update_slice_in_dim(out_acc, out_h, qs, 1),
-                   lax.dynamic_update_slice_in_dim(lse_acc, lse_h, qs, 2))
-        return acc
+            return (lax.dynamic_update_slice_in_dim(out_acc, out_h, qs, 1),
+                    lax.dynamic_update_slice_in_dim(lse_acc, lse_h, qs, 2))
+
+        return _over_sub_pairs(one, src, me, q.shape[1] // 2, q_seg, sub_block, acc)
 
     def earlier(acc):
         return merge_partial(*acc, *call(q, k, v, q_seg, kv_seg, False))
@@ -200,14 +200,14 @@ def _bwd_block(kernel, step, src, me, q, k, v, out, lse, dout, q_seg, kv_seg, ca
                                    case == "diag"))
 
     if zigzag:
-        c = q.shape[1] // 2
-        for qs, qn, ks, kn in _sub_pairs(_zigzag_pairs(src, me, c), c, sub_block if q_seg is not None else None):
+        def one(grads, qs, qn, ks, kn):
             args = (_part(q, qs, qn, 1), _part(k, ks, kn, 1), _part(v, ks, kn, 1), _part(out, qs, qn, 1),
                     _part(lse, qs, qn, 2), _part(dout, qs, qn, 1), _part(q_seg, qs, qn, 1), _part(kv_seg, ks, kn, 1))
             dq_s, dk_s, dv_s = _unless_disjoint(lambda a: call(*a, False), args, fills=(0.0, 0.0, 0.0))
             dq, dk, dv = grads
-            grads = (_add_part(dq, qs, dq_s, 1), _add_part(dk, ks, dk_s, 1), _add_part(dv, ks, dv_s, 1))
-        return grads
+            return _add_part(dq, qs, dq_s, 1), _add_part(dk, ks, dk_s, 1), _add_part(dv, ks, dv_s, 1)
+
+        return _over_sub_pairs(one, src, me, q.shape[1] // 2, q_seg, sub_block, grads)
 
     def earlier(grads):
         return add_all(grads, call(q, k, v, out, lse, dout, q_seg, kv_seg, False))
@@ -216,6 +216,27 @@ def _bwd_block(kernel, step, src, me, q, k, v, out, lse, dout, q_seg, kv_seg, ca
         return grads
 
     return lax.cond(src < me, earlier, later, grads)
+
+
+def _over_sub_pairs(one, src, me, c, q_seg, sub_block, carry):
+    """``carry`` through ``one(carry, q_start, q_size, k_start, k_size)`` for every call of a zigzag off-diagonal
+    block from device ``src``: its two c x c calls as they are, or (segment ids: packed rows) cut into sub-blocks
+    (``_sub_pairs``) and run as one ``fori_loop`` per sub-block shape. In a loop each shape's kernel is a single
+    instance of the compiled program: unrolled, every sub-block was one of its own, and compiling Mosaic kernels
+    set the price of finer cuts (2 x H200 deviceless: 30, 90 and 330 kernels took 70, 161 and 395 s)."""
+    pairs = _zigzag_pairs(src, me, c)
+    if q_seg is None:
+        for qs, ks in pairs:
+            carry = one(carry, qs, c, ks, c)
+        return carry
+    by_shape = {}
+    for qs, qn, ks, kn in _sub_pairs(pairs, c, sub_block):
+        by_shape.setdefault((qn, kn), []).append((qs, ks))
+    for (qn, kn), starts in by_shape.items():
+        q_starts = jnp.stack([jnp.asarray(qs, jnp.int32) for qs, _ in starts])
+        k_starts = jnp.stack([jnp.asarray(ks, jnp.int32) for _, ks in starts])
+        carry = lax.fori_loop(0, len(starts), lambda i, acc: one(acc, q_starts[i], qn, k_starts[i], kn), carry)
+    return carry
 
 
 def _unless_disjoint(compute, args, fills):
