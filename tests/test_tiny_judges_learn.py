@@ -80,7 +80,8 @@ def test_tiny_judges_learn_to_read_the_document(tmp_path):
     assert os.path.isfile(tmp_path / "grm_hf" / "tokenizer.json")
     assert evaluate.main(["--model-path", str(tmp_path / "grm_hf"), "--data-path", str(data / "long_rewardbench"),
                           "--tasks", "LongQA", "--save-path", str(tmp_path / "grm_eval"), "--both-orders",
-                          "--dtype", "float32", "--max-new-tokens", "4", "--no-progress"]) in (0, evaluate.NO_VERDICT_EXIT)
+                          "--dtype", "float32", "--max-new-tokens", "4", "--no-progress"]) in (
+        0, evaluate.NO_VERDICT_EXIT)
     # (a judge may write no verdict in 4 tokens: exit 3, the outputs written all the same)
     results = json.loads((tmp_path / "grm_eval" / "results.json").read_text())
     assert results["both_orders"]["samples"] == 4  # --bench-per-task 4

@@ -20,12 +20,12 @@ r holds chunks ``r`` and ``2n-1-r`` (``parallel.zigzag``), so every device does 
 Every off-diagonal step is thus half a block with no mask, run as two c x c calls (c = T/2n) whose chunk offsets
 depend on ``src < me`` (``_zigzag_pairs``): the hidden half is never computed, every device runs the same kernels,
 and the accumulators are updated in place. With segment ids (packed rows) each c x c call is cut further into
-sub-blocks of about ``PACKED_SUB_BLOCK`` tokens a side, run in a loop per sub-block shape (``_over_sub_pairs``), and a
-sub-block whose query and key segments never meet skips its kernel (``_unless_disjoint``): zigzag balances one causal sequence, not the sequences of a packed row, and a dense
-c x c call over a block that holds only a corner of one sequence gave one GPU twice the kernel time of the other
-(docs/perf_training.md, "Packed rows over the ring"). With ``zigzag=False`` (contiguous shards) blocks from later devices
-are skipped with ``lax.cond`` (the device idles: contiguous causal rings are unbalanced, which is why zigzag is
-the default).
+sub-blocks of about ``PACKED_SUB_BLOCK`` tokens a side, run in a loop per sub-block shape (``_over_sub_pairs``),
+and a sub-block whose query and key segments never meet skips its kernel (``_unless_disjoint``): zigzag balances
+one causal sequence, not the sequences of a packed row, and dense c x c calls over blocks that hold only a corner
+of one sequence gave one GPU twice the kernel time of the other (docs/perf_training.md, "Packed rows over the
+ring"). With ``zigzag=False`` (contiguous shards) blocks from later devices are skipped with ``lax.cond`` (the
+device idles: contiguous causal rings are unbalanced, which is why zigzag is the default).
 
 The token reordering is done once, on the data side (``parallel.zigzag``): reorder every [B, T] array (ids,
 positions, segment ids, targets) with ``zigzag_reorder`` before the model, and undo it with ``zigzag_restore``
@@ -223,7 +223,8 @@ def _over_sub_pairs(one, src, me, c, q_seg, sub_block, carry):
     block from device ``src``: its two c x c calls as they are, or (segment ids: packed rows) cut into sub-blocks
     (``_sub_pairs``) and run as one ``fori_loop`` per sub-block shape. In a loop each shape's kernel is a single
     instance of the compiled program: unrolled, every sub-block was one of its own, and compiling Mosaic kernels
-    set the price of finer cuts (2 x H200 deviceless: 30, 90 and 330 kernels took 70, 161 and 395 s)."""
+    set the price of finer cuts (the shipped step for h200x2, deviceless: 30, 90 and 330 kernels took 70, 161
+    and 395 s)."""
     pairs = _zigzag_pairs(src, me, c)
     if q_seg is None:
         for qs, ks in pairs:
