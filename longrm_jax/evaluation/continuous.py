@@ -189,106 +189,119 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
     ``budgets``: per-prompt token budgets (each <= ``max_new_tokens``; default all ``max_new_tokens``).
     ``timings``: a dict that receives seconds and token counts per phase (``compile_s``: first calls of
     each shape, which compile; ``prefill_s``, ``decode_s``; ``prefill_tokens``, ``decode_tokens``,
-    ``decode_calls``, ``generated_tokens``: stop tokens included; ``slot_plan``: bucket -> slots); timing synchronises with the device once
-    per call, as the loop does anyway."""
-    import time
-
+    ``decode_calls``, ``generated_tokens``: stop tokens included; ``slot_plan``: bucket -> slots); timing
+    synchronises with the device once per call, as the loop does anyway."""
     from tqdm.auto import tqdm
 
     max_new = generator.max_new_tokens
-    pad_id = generator.pad_id
-    admit, decode = _jitted(int(chunk), max_new, pad_id, target_of(generator.mesh).platform != "cpu")
-    stop_set = set(np.asarray(generator.stop_ids).tolist())
-    num_letters = int(generator.letter_ids.shape[0])
-    results: list = [None] * len(prompts)
-    clock = {"compile_s": 0.0, "prefill_s": 0.0, "decode_s": 0.0, "prefill_tokens": 0, "decode_tokens": 0,
-             "decode_calls": 0, "generated_tokens": 0}
     if budgets is None:
         budgets = [max_new] * len(prompts)
     if len(budgets) != len(prompts) or any(not 1 <= int(b) <= max_new for b in budgets):
         raise ValueError(f"budgets must be one per prompt, each in [1, {max_new}]")
     if not prompts:
-        return results
+        return []
     pools = plan_pools([len(p) for p in prompts], max_new, slots_for)
     logger.info("%s", format_pool_plan(pools, max_new))
-    clock_slots = 0
-    slot_plan: dict[str, int] = {}
+    bar = tqdm(total=len(prompts), unit="prompt", desc=desc, disable=not progress)
+    run = _ContinuousRun(generator, prompts, budgets, int(chunk), bar, on_result)
+    for pool in pools:
+        run.pool(pool)
+    bar.close()
+    if timings is not None:
+        for key, value in run.clock.items():
+            timings[key] = timings.get(key, 0) + value
+        timings["max_slots"] = max(timings.get("max_slots", 0), run.max_slots)
+        timings["slot_plan"] = {**timings.get("slot_plan", {}), **run.slot_plan}  # bucket -> slots
+    return run.results
 
-    def timed(kind: str, key, fn, *args):
+
+class _ContinuousRun:
+    """One ``continuous_generate`` call: its jitted admit/decode steps, clock, results and progress bar; ``pool``
+    runs one slot pool to its end."""
+
+    def __init__(self, generator, prompts, budgets, chunk: int, bar, on_result):
+        self.generator, self.prompts, self.budgets, self.chunk = generator, prompts, budgets, chunk
+        self.bar, self.on_result = bar, on_result
+        self.max_new, self.pad_id = generator.max_new_tokens, generator.pad_id
+        self.admit, self.decode = _jitted(chunk, self.max_new, self.pad_id,
+                                          target_of(generator.mesh).platform != "cpu")
+        self.stop_set = set(np.asarray(generator.stop_ids).tolist())
+        self.results: list = [None] * len(prompts)
+        self.clock = {"compile_s": 0.0, "prefill_s": 0.0, "decode_s": 0.0, "prefill_tokens": 0, "decode_tokens": 0,
+                      "decode_calls": 0, "generated_tokens": 0}
+        self.max_slots = 0
+        self.slot_plan: dict[str, int] = {}
+
+    def timed(self, kind: str, key, fn, *args):
         """Run ``fn`` to completion; its seconds go to ``kind``, or to compile on the first call of ``key``."""
+        import time
+
         begin = time.perf_counter()
         out = fn(*args)
         jax.block_until_ready(out)
         spent = time.perf_counter() - begin
-        key = (key, chunk, max_new, pad_id)
-        clock["compile_s" if key not in _SEEN_SHAPES else kind] += spent
+        key = (key, self.chunk, self.max_new, self.pad_id)
+        self.clock["compile_s" if key not in _SEEN_SHAPES else kind] += spent
         _SEEN_SHAPES.add(key)
         return out
 
-    bar = tqdm(total=len(prompts), unit="prompt", desc=desc, disable=not progress)
-    for pool in pools:
-        bucket, slots, queue = pool.bucket, pool.slots, deque(pool.items)
-        clock_slots = max(clock_slots, slots)
-        slot_plan[str(bucket)] = slots
+    def pool(self, pool) -> None:
+        g, bucket, slots, queue = self.generator, pool.bucket, pool.slots, deque(pool.items)
+        self.max_slots = max(self.max_slots, slots)
+        self.slot_plan[str(bucket)] = slots
         logger.debug("continuous batching: %d prompts of <= %d tokens on %d slots of %d cache columns",
-                    len(queue), bucket, slots, bucket + max_new)
-        # Drop the previous pool's cache and state first: each pool is planned to fill the device on its own,
-        # so holding the last one while allocating the next runs out of memory (an H100 did: docs/benchmarks.md,
-        # "whole-benchmark GRM race at a size where slots fill").
-        cache = state = None
-        cache = generator.model.init_cache(slots, bucket + max_new)
-        state = empty_state(slots, max_new, num_letters, pad_id)
+                     len(queue), bucket, slots, bucket + self.max_new)
+        # The previous pool's cache and state are dropped before this one's are made: each pool is planned to fill
+        # the device on its own (holding the last one ran an H100 out of memory: docs/benchmarks.md, "whole-benchmark
+        # GRM race at a size where slots fill").
+        cache = g.model.init_cache(slots, bucket + self.max_new)
+        state = empty_state(slots, self.max_new, int(g.letter_ids.shape[0]), self.pad_id)
         owner: list[int | None] = [None] * slots
-
-        def fill(row, cache, state):
-            item = queue.popleft()
-            seq = np.asarray(prompts[item], np.int32)
-            ids = np.full((1, bucket), pad_id, np.int32)
-            ids[0, :len(seq)] = seq
-            positions = np.where(np.arange(bucket) < len(seq), np.arange(bucket), PAD_POSITION)[None].astype(np.int32)
-            cache, state = timed("prefill_s", ("admit", bucket, slots), admit, generator.model, cache, state, ids,
-                                 positions, np.array([len(seq) - 1], np.int32), generator.letter_ids,
-                                 np.int32(row), np.int32(len(seq)), np.int32(budgets[item]), generator.stop_ids)
-            clock["prefill_tokens"] += len(seq)
-            owner[row] = item
-            return cache, state
-
         for row in range(min(slots, len(queue))):  # spare slots (power-of-two rounding) stay inactive
-            cache, state = fill(row, cache, state)
+            cache, state = self.fill(bucket, slots, queue.popleft(), row, owner, cache, state)
         while any(o is not None for o in owner):
-            cache, state, _ = timed("decode_s", ("decode", bucket, slots), decode, generator.model, cache, state,
-                                    generator.stop_ids, generator.letter_ids, np.bool_(bool(queue)))
-            clock["decode_calls"] += 1
+            cache, state, _ = self.timed("decode_s", ("decode", bucket, slots), self.decode, g.model, cache, state,
+                                         g.stop_ids, g.letter_ids, np.bool_(bool(queue)))
+            self.clock["decode_calls"] += 1
             done, count = jax.device_get((state.done, state.count))
             finished = [row for row in range(slots) if owner[row] is not None and done[row]]
             if not finished:
                 continue
             tokens, letters = jax.device_get((state.tokens, state.letters))
             for row in finished:
-                row_tokens = tokens[row, :count[row]]
-                clock["generated_tokens"] += int(count[row])
-                clock["decode_tokens"] += int(count[row]) - 1  # the first token came from the prefill
-                stops = [i for i, t in enumerate(row_tokens.tolist()) if t in stop_set]
-                end = stops[0] if stops else len(row_tokens)
-                item = owner[row]
-                results[item] = Generation(row_tokens[:end].astype(np.int32),
-                                           np.asarray(letters[row, :end], np.float32), bool(stops))
+                self.finish(owner[row], tokens[row, :count[row]], letters[row])
                 owner[row] = None
-                bar.update(1)
-                if on_result is not None:
-                    on_result(item, results[item])
                 if queue:
-                    cache, state = fill(row, cache, state)
+                    cache, state = self.fill(bucket, slots, queue.popleft(), row, owner, cache, state)
             # Finished rows with nothing left to admit stay inactive (their writes are never read).
             if not queue:
                 state = dataclasses.replace(state, active=jnp.asarray([o is not None for o in owner]))
-    bar.close()
-    if timings is not None:
-        for key, value in clock.items():
-            timings[key] = timings.get(key, 0) + value
-        timings["max_slots"] = max(timings.get("max_slots", 0), clock_slots)
-        timings["slot_plan"] = {**timings.get("slot_plan", {}), **slot_plan}  # bucket -> slots
-    return results
+
+    def fill(self, bucket: int, slots: int, item: int, row: int, owner: list, cache, state):
+        """Prefill prompt ``item`` into slot ``row`` (its cache columns and decode state)."""
+        g = self.generator
+        seq = np.asarray(self.prompts[item], np.int32)
+        ids = np.full((1, bucket), self.pad_id, np.int32)
+        ids[0, :len(seq)] = seq
+        positions = np.where(np.arange(bucket) < len(seq), np.arange(bucket), PAD_POSITION)[None].astype(np.int32)
+        cache, state = self.timed("prefill_s", ("admit", bucket, slots), self.admit, g.model, cache, state, ids,
+                                  positions, np.array([len(seq) - 1], np.int32), g.letter_ids, np.int32(row),
+                                  np.int32(len(seq)), np.int32(self.budgets[item]), g.stop_ids)
+        self.clock["prefill_tokens"] += len(seq)
+        owner[row] = item
+        return cache, state
+
+    def finish(self, item: int, row_tokens: np.ndarray, row_letters: np.ndarray) -> None:
+        """Prompt ``item``'s generation from its slot's tokens (cut at the first stop token) and letter log-probs."""
+        self.clock["generated_tokens"] += len(row_tokens)
+        self.clock["decode_tokens"] += len(row_tokens) - 1  # the first token came from the prefill
+        stops = [i for i, t in enumerate(row_tokens.tolist()) if t in self.stop_set]
+        end = stops[0] if stops else len(row_tokens)
+        self.results[item] = Generation(row_tokens[:end].astype(np.int32), np.asarray(row_letters[:end], np.float32),
+                                        bool(stops))
+        self.bar.update(1)
+        if self.on_result is not None:
+            self.on_result(item, self.results[item])
 
 
 def device_memory_bytes(device=None) -> int | None:

@@ -114,18 +114,44 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
         sizes = {k: int(v) for k, v in mesh.shape.items()}
     report = CompileReport(topology.label, topology.chips, host_count(devices), sizes, fits=False,
                            hbm_gib=topology.chip.hbm_bytes / GiB, mfu=mfu)
-    out = report.lines
     budget, how = program_budget(topology)
     if cfg.memory_budget_gib is not None:
         budget, how = int(cfg.memory_budget_gib * GiB), "memory_budget_gib"
     report.budget_gib = budget / GiB
+    mcfg = _describe_setup(report, cfg, topology, how, devices)
+    slots = data_slots(cfg)
+    num_rejects = 0 if cfg.stage == "sft" else cfg.data.num_rejects
+    total_steps = cfg.steps or 1000
+    tx, schedule = make_optimizer(cfg.optim, total_steps), lr_schedule(cfg.optim, total_steps)
+    spec = StageSpec(cfg.stage, num_rejects, groups_bound(cfg, 1), slots is not None)
+    key = jax.random.key(cfg.seed + 1)
+    try:
+        with compiling_for(devices):
+            if m.auto:
+                auto = plan_auto_mesh(cfg, mcfg, tx, schedule, spec, devices, key, device_bytes=budget)
+                cfg, plan, report.mesh = auto.cfg, auto.plan, {k: int(v) for k, v in auto.mesh.shape.items()}
+                report.lines.extend(auto.lines())
+            else:
+                plan = plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, device_bytes=budget)
+    except MemoryPlanError as e:
+        report.error = str(e)
+        report.lines.append(str(e))
+        return report
+    _describe_plan(report, cfg, plan, topology)
+    _describe_programs(report, cfg, mcfg, plan, topology, slots)
+    return report
+
+
+def _describe_setup(report: CompileReport, cfg: TrainConfig, topology: Topology, budget_how: str, devices):
+    """The report's first lines (topology, budget, mesh and rows per step); returns the model config compiled."""
+    m, out = cfg.mesh, report.lines
     out.append(f"topology {topology.label}: {topology.chips} x {topology.chip.device_kind} "
                f"({report.hosts} host(s)), {report.hbm_gib:.1f} GiB HBM per chip; compile only, nothing runs")
-    out.append(f"device budget per chip {report.budget_gib:.1f} GiB: {how}")
+    out.append(f"device budget per chip {report.budget_gib:.1f} GiB: {budget_how}")
     per_step = cfg.data.batch_rows * cfg.grad_accum
     groups = (f", {cfg.pipeline_rows_per_step} preference group(s) of {1 + cfg.data.num_rejects} rows"
               if cfg.data.layout == "rows" and cfg.stage != "sft" else "")
-    out.append(("mesh auto" if m.auto else "mesh " + " x ".join(f"{k} {v}" for k, v in sizes.items()))
+    out.append(("mesh auto" if m.auto else "mesh " + " x ".join(f"{k} {v}" for k, v in report.mesh.items()))
                + f"; stage {cfg.stage}, "
                f"{per_step} rows x {cfg.data.seq_len} tokens per step ({cfg.data.batch_rows} per micro step x "
                f"grad_accum {cfg.grad_accum}{groups})")
@@ -138,24 +164,12 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
                    "by hand: the AdamW moments count as pinned host memory during the gradient program and as "
                    "device memory during the update (a run brings them in for it); the update's figure is an "
                    "upper bound, 4.5 GiB above a run's plan for Qwen3-8B on one H100 (docs/compile_only.md)")
-    slots = data_slots(cfg)
-    num_rejects = 0 if cfg.stage == "sft" else cfg.data.num_rejects
-    total_steps = cfg.steps or 1000
-    tx, schedule = make_optimizer(cfg.optim, total_steps), lr_schedule(cfg.optim, total_steps)
-    spec = StageSpec(cfg.stage, num_rejects, groups_bound(cfg, 1), slots is not None)
-    key = jax.random.key(cfg.seed + 1)
-    try:
-        with compiling_for(devices):
-            if m.auto:
-                auto = plan_auto_mesh(cfg, mcfg, tx, schedule, spec, devices, key, device_bytes=budget)
-                cfg, plan, report.mesh = auto.cfg, auto.plan, {k: int(v) for k, v in auto.mesh.shape.items()}
-                out.extend(auto.lines())
-            else:
-                plan = plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, device_bytes=budget)
-    except MemoryPlanError as e:
-        report.error = str(e)
-        out.append(str(e))
-        return report
+    return mcfg
+
+
+def _describe_plan(report: CompileReport, cfg: TrainConfig, plan, topology: Topology) -> None:
+    """A plan that fits: its remat choice and per-program memory, the peak against the budget, and the margins."""
+    out = report.lines
     report.fits = True
     report.remat = plan.remat
     report.peak_gib = predicted_peak(plan.programs) / GiB
@@ -176,21 +190,25 @@ def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4
         out.append(f"  pinned host memory {report.host_gib:.1f} GiB per device is not checked: the target host's RAM "
                    "is unknown here; set host_memory_budget_gib to check it (a run's default: "
                    f"{HOST_RAM_SHARE:.0%} of its host's RAM shared by its GPUs)")
+
+
+def _describe_programs(report: CompileReport, cfg: TrainConfig, mcfg, plan, topology: Topology, slots) -> None:
+    """The step's FLOPs (counted and compiled), its time at the report's MFU, and each program's kernels."""
+    out = report.lines
     compiled = [(name, c) for name, c in plan.step.programs]
     per_chip = [cost_flops(c) for _, c in compiled]
     counted = step_flops(mcfg, cfg.head, _flops_batch(cfg, slots))
     report.flops_counted = counted
     report.flops_compiled = None if None in per_chip else sum(per_chip) * topology.chips
-    report.step_s = step_seconds(counted, topology.chips, topology.chip.peak_bf16, mfu)
+    report.step_s = step_seconds(counted, topology.chips, topology.chip.peak_bf16, report.mfu)
     compiled_text = ("n/a" if report.flops_compiled is None else
                      f"{flop_text(report.flops_compiled)} (XLA cost analysis, {len(compiled)} programs x "
                      f"{topology.chips} chips: each loop body once, no FLOPs inside kernels; docs/compile_only.md)")
     out.append(f"FLOPs per step: {flop_text(counted)} (docs/flops.md count) | {compiled_text}")
-    out.append(f"step time at {100 * mfu:.0f}% MFU: {report.step_s:.3g} s "
+    out.append(f"step time at {100 * report.mfu:.0f}% MFU: {report.step_s:.3g} s "
                f"({topology.chips} x {topology.chip.peak_bf16 / 1e12:.0f} TFLOP/s bf16 peak); "
                f"{cfg.pipeline_rows_per_step * (slots or 1) * cfg.data.seq_len / report.step_s:,.0f} tokens/s")
     for name, c in compiled:
         counts = hlo_op_counts(c.as_text())
         report.kernels[name] = counts
         out.append(f"{name} program: {describe_counts(counts)}")
-    return report
