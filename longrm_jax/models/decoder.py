@@ -256,19 +256,7 @@ class Decoder(nnx.Module):
         batch, length = input_ids.shape
         if positions is None:
             positions = default_positions(segment_ids, batch, length)
-        # A lookup from a table that FSDP splits over its model dim: XLA's SPMD partitioner cannot move the
-        # [B, T, D] result to the activations' layout and replicates it on every device (an "involuntary full
-        # rematerialization": f32[4, 131072, 4096] for the SimPO TPU config compiled for h100x8x2, fsdp 2).
-        # When the batch has more tokens than the table has rows, gathering the table first (as every layer's
-        # weights are) moves less; a decode step's few tokens keep the split table. The table stays in the
-        # parameter dtype: the lookup's gradient adds up every occurrence of a token.
-        table = self.embed[...]
-        if batch * length > table.shape[0]:
-            table = constrain(table, ("vocab", None), self.rules)
-        x = jnp.take(table, input_ids, axis=0).astype(cfg.compute_dtype)
-        if cfg.embed_scale:  # Gemma: sqrt(hidden) rounded to the compute dtype, as HF's bf16 runs do
-            x = x * jnp.asarray(cfg.hidden_size**0.5, x.dtype)
-        x = constrain(x, ("batch", "seq", "act_embed"), self.rules)
+        x = self._embed(input_ids)
         global_rope, local_rope = layer_rope(cfg, positions, x.dtype)
         stacked = self.layers.stacked()
 
@@ -298,6 +286,34 @@ class Decoder(nnx.Module):
             x, cache = split_cached_call(self, x, cache, positions, seg, (global_rope, local_rope), stacked,
                                          prefill=prefill, write_at=write_at, attend_fresh=attend_fresh)
             return norm(x, self.final_norm[...], cfg), cache
+        x, cache = self._stacked_cache_layers(x, cache, positions, seg, (global_rope, local_rope), stacked,
+                                              prefill=prefill, write_at=write_at, attend_fresh=attend_fresh)
+        return norm(x, self.final_norm[...], cfg), cache
+
+    def _embed(self, input_ids):
+        """The token embeddings [B, T, D] in the compute dtype, laid out as activations."""
+        cfg = self.config
+        batch, length = input_ids.shape
+        # A lookup from a table that FSDP splits over its model dim: XLA's SPMD partitioner cannot move the
+        # [B, T, D] result to the activations' layout and replicates it on every device (an "involuntary full
+        # rematerialization": f32[4, 131072, 4096] for the SimPO TPU config compiled for h100x8x2, fsdp 2).
+        # When the batch has more tokens than the table has rows, gathering the table first (as every layer's
+        # weights are) moves less; a decode step's few tokens keep the split table. The table stays in the
+        # parameter dtype: the lookup's gradient adds up every occurrence of a token.
+        table = self.embed[...]
+        if batch * length > table.shape[0]:
+            table = constrain(table, ("vocab", None), self.rules)
+        x = jnp.take(table, input_ids, axis=0).astype(cfg.compute_dtype)
+        if cfg.embed_scale:  # Gemma: sqrt(hidden) rounded to the compute dtype, as HF's bf16 runs do
+            x = x * jnp.asarray(cfg.hidden_size**0.5, x.dtype)
+        return constrain(x, ("batch", "seq", "act_embed"), self.rules)
+
+    def _stacked_cache_layers(self, x, cache: KVCache, positions, seg, ropes, stacked, *, prefill: bool, write_at,
+                              attend_fresh):
+        """The layers over a stacked (unwindowed) KV cache: (hidden before the final norm, the updated cache)."""
+        cfg = self.config
+        length = x.shape[1]
+        global_rope, local_rope = ropes
         if write_at is None:
             cache = cache.write_meta(positions, seg)
         masks = [cache.attention_mask(positions, seg, length)]  # global layers' [B, T, S], then local ones'
@@ -343,4 +359,4 @@ class Decoder(nnx.Module):
         x, k_all, v_all = self._run_layers(cached_body, (x, cache.k, cache.v), stacked, unroll=unroll)
         cache = KVCache(k=k_all, v=v_all, positions=cache.positions, segment_ids=cache.segment_ids,
                         index=cache.index + (0 if write_at is not None else length))
-        return norm(x, self.final_norm[...], cfg), cache
+        return x, cache
