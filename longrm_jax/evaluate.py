@@ -12,9 +12,8 @@ from collections.abc import Sequence
 
 from longrm_jax.cli_support import ExitStatus
 # The flags live in evaluation/cli_args.py; the names tests and users reach through this module stay here.
-from longrm_jax.evaluation.cli_args import (DEFAULT_MAX_NEW_TOKENS, MIN_MAX_LENGTH,  # noqa: F401 - re-exported
-                                            apply_gpu_decode_flags, build_parser, check_args, parse_mesh,
-                                            parse_replicas, replica_argv)
+from longrm_jax.evaluation.cli_args import (DEFAULT_MAX_NEW_TOKENS, apply_gpu_decode_flags, build_parser,
+                                            check_args, parse_mesh, replica_argv)  # noqa: F401 - parse_mesh re-exported
 from longrm_jax.parallel.topology import program_budget
 from longrm_jax.xla_flags import add_gpu_xla_flags
 
