@@ -233,7 +233,7 @@ def test_bare_tokenizer_dirs_load_as_autotokenizer_does(tmp_path, name):
 
     from transformers import AutoTokenizer
 
-    from longrm_jax.data.tokenize import load_hf_tokenizer
+    from longrm_jax.data.hf_tokenizer import load_hf_tokenizer
 
     path = os.path.join(os.path.dirname(TINY_TOKENIZER_DIR), name)
     want, got = AutoTokenizer.from_pretrained(path), load_hf_tokenizer(path)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 
+from longrm_jax.data.hf_tokenizer import load_hf_tokenizer
+
 TINY_TOKENIZER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets",
                                   "tiny_tokenizer")
 TINY_JUDGE_TOKENIZER_DIR = os.path.join(os.path.dirname(TINY_TOKENIZER_DIR), "tiny_judge_tokenizer")
@@ -28,6 +30,4 @@ TINY_JUDGE_TOKENIZER_DIR = os.path.join(os.path.dirname(TINY_TOKENIZER_DIR), "ti
 
 def load_tiny_tokenizer():
     """The committed tiny tokenizer as an HF tokenizer (no network)."""
-    from longrm_jax.data.tokenize import load_hf_tokenizer
-
     return load_hf_tokenizer(TINY_TOKENIZER_DIR)

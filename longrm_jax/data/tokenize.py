@@ -44,12 +44,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 
+from longrm_jax.data.hf_tokenizer import TOKENIZER_FILES, load_hf_tokenizer, read_chat_template
 from longrm_jax.data.records import DataError, Message, PreferenceRecord, Provenance, SFTRecord
 
 logger = logging.getLogger(__name__)
@@ -114,10 +116,6 @@ RULE_COUNTERS = (
     "own_row_groups",  # groups too long to share a row, given a row of their own ((1 + R) x row length)
     "identical_pairs_dropped",  # preference groups whose chosen and a rejected came out identical: dropped
 )
-
-
-# Files of which a tokenizer directory holds at least one (transformers reads the rest from them).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 class TruncationStats:
@@ -259,46 +257,6 @@ def truncate_sample(sample: TokenizedSample, cfg: TruncationConfig, eos_id: int,
     return TokenizedSample(ids, mask, min(sample.prompt_len, limit), truncated=True)
 
 
-# Tokenizer classes that AutoTokenizer loads as named when a directory holds only a tokenizer (no config.json,
-# so no model type can override the class): the generic fast tokenizer (transformers 5 aliases it).
-GENERIC_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
-
-
-def load_hf_tokenizer(path: str):
-    """transformers' tokenizer of the local directory ``path``, as ``AutoTokenizer.from_pretrained`` loads it.
-
-    A bare tokenizer directory (no config.json) whose tokenizer_config.json names the generic fast class is loaded
-    through that class directly: AutoTokenizer then resolves to the same class, but its module imports
-    transformers' model-configuration code and with it torch, 2.5 of the 3.4 s a CLI spent loading the bundled
-    tiny tokenizer on a CPU. Any other directory goes through AutoTokenizer (model types override classes there)."""
-    import json
-    import os
-
-    config_path = os.path.join(path, "tokenizer_config.json")
-    if not os.path.isfile(os.path.join(path, "config.json")) and os.path.isfile(config_path):
-        with open(config_path) as f:
-            name = json.load(f).get("tokenizer_class")
-        if name in GENERIC_TOKENIZER_CLASSES:
-            from transformers import PreTrainedTokenizerFast
-
-            return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path, local_files_only=True)
-
-
-def read_chat_template(path: str) -> str:
-    """The text of a Jinja chat-template file (a clear error if it is missing or empty)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise FileNotFoundError(f"chat template file {path}: {e.strerror}") from None
-    if not text.strip():
-        raise ValueError(f"chat template file {path} is empty")
-    return text
-
-
 def _has_enable_thinking(tokenizer) -> bool:
     template = getattr(tokenizer, "chat_template", None) or ""
     if isinstance(template, dict):
@@ -335,8 +293,6 @@ class ChatTokenizer:
     def from_dir(cls, path: str, *, enable_thinking: bool | None = False,
                  chat_template: str | None = None, response_end: str = "upstream") -> ChatTokenizer:
         """Load a tokenizer directory; `chat_template`: a Jinja template *file* replacing the tokenizer's."""
-        import os
-
         if not os.path.isdir(path):  # never let transformers take it for a Hub model id (network, retries)
             raise FileNotFoundError(
                 f"tokenizer directory {path} does not exist (a local model or tokenizer directory is needed; "
