@@ -157,6 +157,7 @@ def test_offload_plan_on_a_program_compiled_with_a_host_memory_space(v5p_8):
     from longrm_jax.ops.flash import compiling_for
     from longrm_jax.parallel.mesh import make_mesh
     from longrm_jax.training import memory_plan as mp
+    from longrm_jax.training.step_compile import abstract_batch
     from longrm_jax.training.compile_only import _model_config
     from longrm_jax.training.model_setup import codec_for
     from longrm_jax.training.state import abstract_state, lr_schedule, make_optimizer
@@ -172,7 +173,7 @@ def test_offload_plan_on_a_program_compiled_with_a_host_memory_space(v5p_8):
         plan = mp.plan_train_step(cfg, mcfg, tx, lr_schedule(cfg.optim, 10), StageSpec("sft", 0, 1, False), mesh,
                                   key, device_bytes=64 * mp.GiB)
     state, _ = abstract_state(cfg, codec_for(mcfg), tx, mesh, key)
-    full = mp.lower_bound(state, mp.abstract_batch(cfg, mesh, None), mcfg, "full", 1, 1)
+    full = mp.lower_bound(state, abstract_batch(cfg, mesh, None), mcfg, "full", 1, 1)
     assert full.layer_inputs_how == "2 layers x 256 tokens x 64 x 4 bytes"
     grads, update = plan.programs
     analysis = dict(plan.step.programs)["gradients"].memory_analysis()

@@ -27,6 +27,7 @@ The refusal names only the knobs that would change something for this config (``
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import re
 from collections import Counter
@@ -45,6 +46,8 @@ from longrm_jax.training.memory_bound import (  # noqa: F401 - part of this modu
 from longrm_jax.training.memory_budget import HOST_RAM_SHARE, device_budget, host_budget
 from longrm_jax.training.remat_candidates import (AUTO_MLP_CHUNK_TOKENS, AUTO_REMAT_ORDER, OFFLOADED_AT,
                                                   parse_candidate, split_offloaded)
+from longrm_jax.training.step_compile import abstract_batch, abstract_step_state, compile_step
+from longrm_jax.training.steps import gradient_shardings
 
 log = logging.getLogger(__name__)
 
@@ -228,22 +231,8 @@ def choose(compile_for, candidates, budget: int | None, host: int | None = None,
 def gradient_bytes(state, sh) -> int:
     """Bytes per device of the gradients the step passes from its gradient program to its update, laid out as
     the optimizer moments (``training.steps.gradient_shardings``: sharded under ZeRO-1 where the weights are not)."""
-    from longrm_jax.training.steps import gradient_shardings
-
     return bytes_per_device(jax.tree.map(lambda p, s: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=s),
                                          state.params, gradient_shardings(sh)))
-
-
-def abstract_batch(cfg, mesh, slots: int | None) -> dict:
-    """The largest global batch the step can see (``data.seq_len`` rows), as ShapeDtypeStructs on ``mesh``."""
-    from longrm_jax.training import batches
-
-    rows, length = cfg.pipeline_rows_per_step, (slots or 1) * cfg.data.seq_len
-    host = {k: np.zeros((rows, length), np.int32) for k in ("input_ids", "positions", "segment_ids", "loss_mask")}
-    host["num_groups"] = np.zeros((rows,), np.int32)
-    prepared = batches.prepare(host, slots=slots)  # zigzag reordering keeps the shapes
-    sh = batches.batch_shardings(mesh, slotted=slots is not None)
-    return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sh[k]) for k, v in prepared.items()}
 
 
 @dataclass
@@ -260,8 +249,6 @@ class StepPlan:
 
     def write(self, path: str) -> None:
         """The plan as JSON (``<output_dir>/memory_plan.json``): chosen remat, candidates tried, per program."""
-        import json
-
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"device": self.device_kind or jax.devices()[0].device_kind, "remat": self.remat,
                        "mlp_chunk_tokens": self.mlp_chunk_tokens, "offloaded_layers": self.offloaded_layers,
@@ -293,46 +280,79 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
     (compile-only devices of a topology); the caller has already applied ``memory_budget_gib`` to it
     (``training.compile_only``). The host budget for offloaded activations is then ``host_memory_budget_gib``
     only (the target host's RAM is unknown)."""
-    from longrm_jax.training.batches import batch_shardings
-    from longrm_jax.training.model_setup import codec_for
-    from longrm_jax.training.state import abstract_state
-    from longrm_jax.training.steps import jit_train_step, make_train_step
-
-    budget = host = budget_line = None
-    if device_bytes is not None:
-        budget = device_bytes
-        host = int(cfg.host_memory_budget_gib * GiB) if cfg.host_memory_budget_gib is not None else None
-    elif cfg.memory_check:
-        budget = device_budget(mesh.local_devices, cfg.memory_budget_gib)
-        host = host_budget(len(mesh.local_devices), cfg.host_memory_budget_gib)
-        if budget is None and target_of(mesh).platform == "cpu":  # CPU devices' arrays are in the host's RAM
-            budget = cpu_device_budget(cfg, len(mesh.local_devices))
-            budget_line = cpu_budget_line(len(mesh.local_devices)) if budget is not None else None
+    budget, host, budget_line = _budgets(cfg, mesh, device_bytes)
     batch = abstract_batch(cfg, mesh, 1 + spec.num_rejects if spec.slotted else None)
+    compile_for = _CandidateStep(cfg, mcfg, tx, schedule, spec, mesh, key, batch)
+    candidates = AUTO_REMAT_ORDER if cfg.model.remat == "auto" else (mcfg.remat,)
+    hints = reduce_hints(cfg, {k: int(v) for k, v in mesh.shape.items()})
+    state, state_sh = abstract_step_state(cfg, mcfg, tx, mesh, key)
+    state_device, state_host, _ = state_placement(cfg, state)
+    bound = lower_bound(state, batch, mcfg, cfg.model.remat, cfg.grad_accum, mesh.size, state_device,
+                        gradient_bytes(state, state_sh), all_weights_trained=cfg.lora.rank == 0)
+    try:
+        refuse_early(bound, budget, cfg.model.remat, hints)
+        with xla_log.counted(log, compile_for.xla_lines):
+            chosen, compiled, programs, tried = choose_with_partial_offload(
+                compile_for, candidates, budget, host, hints, auto=cfg.model.remat == "auto",
+                num_layers=mcfg.num_layers, state_host=state_host)
+    except MemoryPlanError as err:
+        if budget_line is None:
+            raise
+        raise err.with_line(budget_line) from None
+    remat, chunk = parse_candidate(chosen, mcfg.mlp_chunk_tokens)
+    return StepPlan(remat, compiled, programs, tried, chunk, mesh.devices.flat[0].device_kind, bound,
+                    compile_for.offloaded_layers(chosen))
 
-    def offloaded_layers(candidate):  # a candidate's "@N", else the configured value
+
+def _budgets(cfg, mesh, device_bytes: int | None) -> tuple[int | None, int | None, str | None]:
+    """(device budget, host budget, the line a refusal adds about a CPU's budget) in bytes per device."""
+    if device_bytes is not None:
+        host = int(cfg.host_memory_budget_gib * GiB) if cfg.host_memory_budget_gib is not None else None
+        return device_bytes, host, None
+    if not cfg.memory_check:
+        return None, None, None
+    budget = device_budget(mesh.local_devices, cfg.memory_budget_gib)
+    host = host_budget(len(mesh.local_devices), cfg.host_memory_budget_gib)
+    if budget is None and target_of(mesh).platform == "cpu":  # CPU devices' arrays are in the host's RAM
+        budget = cpu_device_budget(cfg, len(mesh.local_devices))
+        return budget, host, cpu_budget_line(len(mesh.local_devices)) if budget is not None else None
+    return budget, host, None
+
+
+@dataclass
+class _CandidateStep:
+    """Called with an auto candidate (``training.remat_candidates``): its compiled step and what each of the
+    step's programs needs (``ProgramMemory``), or (None, the refused program) where the compiler ran out of
+    memory."""
+    cfg: object
+    mcfg: object
+    tx: object
+    schedule: object
+    spec: object
+    mesh: object
+    key: object
+    batch: dict
+    xla_lines: Counter = dataclasses.field(default_factory=Counter)  # XLA's memory lines hidden while compiling
+
+    def offloaded_layers(self, candidate: str) -> int | None:
+        """A candidate's "@N", else the configured ``model.offloaded_layers``."""
         offloaded = split_offloaded(candidate)[1]
-        return mcfg.offloaded_layers if offloaded is None else offloaded
+        return self.mcfg.offloaded_layers if offloaded is None else offloaded
 
-    xla_lines = Counter()  # XLA's memory lines hidden while compiling candidates (longrm_jax.xla_log)
-
-    def compile_for(candidate):
-        remat, chunk = parse_candidate(candidate, mcfg.mlp_chunk_tokens)
-        codec = codec_for(mcfg.replace(remat=remat, mlp_chunk_tokens=chunk,
-                                       offloaded_layers=offloaded_layers(candidate)))
-        state, sh = abstract_state(cfg, codec, tx, mesh, key)
-        step = jit_train_step(make_train_step(cfg, codec, tx, spec, schedule), sh,
-                              batch_shardings(mesh, slotted=spec.slotted))
+    def __call__(self, candidate: str):
+        remat, chunk = parse_candidate(candidate, self.mcfg.mlp_chunk_tokens)
+        mcfg = self.mcfg.replace(remat=remat, mlp_chunk_tokens=chunk, offloaded_layers=self.offloaded_layers(candidate))
+        state, sh = abstract_step_state(self.cfg, mcfg, self.tx, self.mesh, self.key)
         # The device-resident state (optim.offload_state: without the moments). Moments the devices could not
         # place in host memory were compiled as device arguments: the update holds them on the device as a run's
         # update does (there, copies brought in from the host), so its figure keeps them; the gradient program
         # never reads them.
-        resident, state_host, unplaced = state_placement(cfg, state)
+        resident, state_host, unplaced = state_placement(self.cfg, state)
         resident = {"gradients": resident, "update": resident + unplaced}
-        inputs = {"gradients": bytes_per_device(batch), "update": gradient_bytes(state, sh)}
+        inputs = {"gradients": bytes_per_device(self.batch), "update": gradient_bytes(state, sh)}
         try:
-            with jax.set_mesh(mesh), xla_log.quiet_xla_memory_lines(xla_lines):
-                compiled = step.compile(state, batch)
+            compiled = compile_step(self.cfg, mcfg, self.tx, self.schedule, self.spec, self.mesh, state, sh,
+                                    self.batch, self.xla_lines)
         except Exception as e:  # noqa: BLE001 - the compiler's out-of-memory refusal is a plan outcome, not a crash
             if "RESOURCE_EXHAUSTED" not in str(e):
                 raise
@@ -345,26 +365,6 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
         programs = [dataclasses.replace(p, host=p.host + state_host if p.name == "gradients"
                                         else max(p.host, state_host)) for p in programs if p is not None]
         return compiled, programs
-
-    candidates = AUTO_REMAT_ORDER if cfg.model.remat == "auto" else (mcfg.remat,)
-    hints = reduce_hints(cfg, {k: int(v) for k, v in mesh.shape.items()})
-    state, state_sh = abstract_state(cfg, codec_for(mcfg), tx, mesh, key)
-    state_device, state_host, _ = state_placement(cfg, state)
-    bound = lower_bound(state, batch, mcfg, cfg.model.remat, cfg.grad_accum, mesh.size, state_device,
-                        gradient_bytes(state, state_sh), all_weights_trained=cfg.lora.rank == 0)
-    try:
-        refuse_early(bound, budget, cfg.model.remat, hints)
-        with xla_log.counted(log, xla_lines):
-            chosen, compiled, programs, tried = choose_with_partial_offload(
-                compile_for, candidates, budget, host, hints, auto=cfg.model.remat == "auto",
-                num_layers=mcfg.num_layers, state_host=state_host)
-    except MemoryPlanError as err:
-        if budget_line is None:
-            raise
-        raise err.with_line(budget_line) from None
-    remat, chunk = parse_candidate(chosen, mcfg.mlp_chunk_tokens)
-    return StepPlan(remat, compiled, programs, tried, chunk, mesh.devices.flat[0].device_kind, bound,
-                    offloaded_layers(chosen))
 
 
 def choose_with_partial_offload(compile_for, candidates, budget: int | None, host: int | None, hints, *,
