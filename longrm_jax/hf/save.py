@@ -18,6 +18,7 @@ from collections.abc import Mapping
 import jax
 import numpy as np
 from flax import nnx
+from tqdm import tqdm
 
 from longrm_jax.cli_support import InputError
 from longrm_jax.hf.safetensors_io import save_file
@@ -104,50 +105,18 @@ def save_pretrained(
     cfg = config if config is not None else getattr(model_or_params, "config", None)
     if cfg is None:
         raise ValueError("save_pretrained needs config= when given bare parameters")
-    max_shard_bytes = parse_size(max_shard_bytes)
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     for stale in os.listdir(out_dir):  # a previous export with another shard count must not linger
         if re.fullmatch(r"model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json", stale):
             os.remove(os.path.join(out_dir, stale))
-
-    shards: list[list[str]] = []
-    pending: dict[str, np.ndarray] = {}
-    pending_bytes = total = 0
-    stored_dtype = None
-
-    def flush():
-        nonlocal pending, pending_bytes
-        if pending:
-            save_file(pending, os.path.join(out_dir, f"_shard{len(shards):05d}.tmp"), {"format": "pt"})
-            shards.append(list(pending))
-            pending, pending_bytes = {}, 0
-
     params = _named_params(model_or_params)
-    iterator = hf_tensors(params, cfg, dtype)
+    tensors = hf_tensors(params, cfg, dtype)
     if progress:
-        from tqdm import tqdm
-
         count = sum(cfg.num_layers if path[:2] == ("model", "layers") else 1 for path in params)
-        iterator = tqdm(iterator, total=count, desc="export", unit="tensor")
-    for name, arr in iterator:
-        if pending and pending_bytes + arr.nbytes > max_shard_bytes:
-            flush()
-        pending[name] = arr
-        pending_bytes += arr.nbytes
-        total += arr.nbytes
-        stored_dtype = stored_dtype or arr.dtype
-    flush()
-
-    n = len(shards)
-    weight_map, files = {}, []
-    for i, names in enumerate(shards):
-        fname = f"model-{i + 1:05d}-of-{n:05d}.safetensors"
-        os.replace(os.path.join(out_dir, f"_shard{i:05d}.tmp"), os.path.join(out_dir, fname))
-        files.append(fname)
-        weight_map.update({name: fname for name in names})
-    _write_json(os.path.join(out_dir, "model.safetensors.index.json"),
-                {"metadata": {"total_size": total}, "weight_map": weight_map})
+        tensors = tqdm(tensors, total=count, desc="export", unit="tensor")
+    shards, total, stored_dtype = _write_shards(tensors, out_dir, parse_size(max_shard_bytes))
+    files = _name_shards(shards, total, out_dir)
     hf_config = to_hf_config(cfg, dtype=np.dtype(stored_dtype).name, base=base_config)
     _write_json(os.path.join(out_dir, "config.json"), hf_config)
     gen = dict(generation_config) if generation_config else {
@@ -162,6 +131,47 @@ def save_pretrained(
             if os.path.isfile(src):
                 shutil.copyfile(src, os.path.join(out_dir, fname))
                 files.append(fname)
+    return files
+
+
+def _write_shards(tensors, out_dir: str, max_shard_bytes: int) -> tuple[list[list[str]], int, np.dtype]:
+    """Write ``(name, array)`` pairs into temporary shard files of at most ``max_shard_bytes`` (a larger tensor
+    gets a shard of its own): (each shard's tensor names, total bytes, the first tensor's dtype)."""
+    shards: list[list[str]] = []
+    pending: dict[str, np.ndarray] = {}
+    pending_bytes = total = 0
+    stored_dtype = None
+
+    def flush():
+        nonlocal pending, pending_bytes
+        if pending:
+            save_file(pending, os.path.join(out_dir, f"_shard{len(shards):05d}.tmp"), {"format": "pt"})
+            shards.append(list(pending))
+            pending, pending_bytes = {}, 0
+
+    for name, arr in tensors:
+        if pending and pending_bytes + arr.nbytes > max_shard_bytes:
+            flush()
+        pending[name] = arr
+        pending_bytes += arr.nbytes
+        total += arr.nbytes
+        stored_dtype = stored_dtype or arr.dtype
+    flush()
+    return shards, total, stored_dtype
+
+
+def _name_shards(shards: list[list[str]], total: int, out_dir: str) -> list[str]:
+    """Rename :func:`_write_shards`' files to HF's ``model-0000i-of-0000n.safetensors`` and write the index that
+    maps each tensor to its file; the shard file names, in order."""
+    n = len(shards)
+    weight_map, files = {}, []
+    for i, names in enumerate(shards):
+        fname = f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+        os.replace(os.path.join(out_dir, f"_shard{i:05d}.tmp"), os.path.join(out_dir, fname))
+        files.append(fname)
+        weight_map.update({name: fname for name in names})
+    _write_json(os.path.join(out_dir, "model.safetensors.index.json"),
+                {"metadata": {"total_size": total}, "weight_map": weight_map})
     return files
 
 
