@@ -98,3 +98,28 @@ def test_stale_shards_are_removed(tmp_path):
     save_pretrained(model, out, max_shard_bytes=50_000, progress=False)
     save_pretrained(model, out, progress=False)
     assert sorted(f for f in os.listdir(out) if f.endswith(".safetensors")) == ["model-00001-of-00001.safetensors"]
+
+
+def test_a_failed_export_leaves_the_previous_one_whole(tmp_path, monkeypatch):
+    """The previous export's shards go only once the new ones are written: a conversion that fails half way
+    (here the third tensor, after a shard was written) leaves the directory as it was."""
+    from longrm_jax.hf import save as save_module
+
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tiny_checkpoint(src, "llama", tied=True)
+    model = load_pretrained(src)
+    save_pretrained(model, out, max_shard_bytes=50_000, progress=False)
+    assert len([f for f in os.listdir(out) if f.endswith(".safetensors")]) > 1
+    before = {f: (out / f).read_bytes() for f in os.listdir(out)}
+    real = save_module.hf_tensors
+
+    def failing(*args, **kwargs):
+        for i, item in enumerate(real(*args, **kwargs)):
+            if i == 2:
+                raise RuntimeError("conversion failed")
+            yield item
+
+    monkeypatch.setattr(save_module, "hf_tensors", failing)
+    with pytest.raises(RuntimeError, match="conversion failed"):
+        save_pretrained(model, out, max_shard_bytes=1, progress=False)  # a shard per tensor: two written
+    assert {f: (out / f).read_bytes() for f in os.listdir(out)} == before

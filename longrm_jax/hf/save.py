@@ -107,15 +107,17 @@ def save_pretrained(
         raise ValueError("save_pretrained needs config= when given bare parameters")
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
-    for stale in os.listdir(out_dir):  # a previous export with another shard count must not linger
-        if re.fullmatch(r"model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json", stale):
-            os.remove(os.path.join(out_dir, stale))
     params = _named_params(model_or_params)
     tensors = hf_tensors(params, cfg, dtype)
     if progress:
         count = sum(cfg.num_layers if path[:2] == ("model", "layers") else 1 for path in params)
         tensors = tqdm(tensors, total=count, desc="export", unit="tensor")
     shards, total, stored_dtype = _write_shards(tensors, out_dir, parse_size(max_shard_bytes))
+    # A previous export with another shard count must not linger; it goes once the new shards are all written,
+    # so an export that fails half way leaves the previous one whole.
+    for stale in os.listdir(out_dir):
+        if re.fullmatch(r"model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json", stale):
+            os.remove(os.path.join(out_dir, stale))
     files = _name_shards(shards, total, out_dir)
     hf_config = to_hf_config(cfg, dtype=np.dtype(stored_dtype).name, base=base_config)
     _write_json(os.path.join(out_dir, "config.json"), hf_config)
@@ -149,14 +151,19 @@ def _write_shards(tensors, out_dir: str, max_shard_bytes: int) -> tuple[list[lis
             shards.append(list(pending))
             pending, pending_bytes = {}, 0
 
-    for name, arr in tensors:
-        if pending and pending_bytes + arr.nbytes > max_shard_bytes:
-            flush()
-        pending[name] = arr
-        pending_bytes += arr.nbytes
-        total += arr.nbytes
-        stored_dtype = stored_dtype or arr.dtype
-    flush()
+    try:
+        for name, arr in tensors:
+            if pending and pending_bytes + arr.nbytes > max_shard_bytes:
+                flush()
+            pending[name] = arr
+            pending_bytes += arr.nbytes
+            total += arr.nbytes
+            stored_dtype = stored_dtype or arr.dtype
+        flush()
+    except BaseException:  # an unfinished export leaves no temporary shard behind (Ctrl-C included)
+        for i in range(len(shards)):
+            os.remove(os.path.join(out_dir, f"_shard{i:05d}.tmp"))
+        raise
     return shards, total, stored_dtype
 
 
