@@ -149,7 +149,6 @@ def test_auto_falls_back_to_partial_offload_through_the_cli_path(tmp_path):
         stack.enter_context(mock.patch.object(memory_plan, "predicted_host", fake_host))
         stack.enter_context(mock.patch.object(memory_plan, "predicted_peak", fake_peak))
         stack.enter_context(mock.patch("longrm_jax.training.model_setup.codec_for", codec_for))
-        stack.enter_context(mock.patch("longrm_jax.training.step_compile.codec_for", codec_for))  # the plan's compiles
         assert loop.run(cfg).final_step == 2
     plan = json.loads((tmp_path / "memory_plan.json").read_text())
     assert plan["remat"] == "offload_layer_inputs" and plan["offloaded_layers"] == 2, plan

@@ -13,10 +13,9 @@ import jax
 import numpy as np
 
 from longrm_jax import xla_log
-from longrm_jax.training import batches
-from longrm_jax.training.model_setup import codec_for
+# Modules, not their functions: what the plan compiles is what a test patches there (a poisoned step, a codec).
+from longrm_jax.training import batches, model_setup, steps
 from longrm_jax.training.state import abstract_state
-from longrm_jax.training.steps import jit_train_step, make_train_step
 
 
 def abstract_batch(cfg, mesh, slots: int | None) -> dict:
@@ -31,14 +30,14 @@ def abstract_batch(cfg, mesh, slots: int | None) -> dict:
 
 def abstract_step_state(cfg, mcfg, tx, mesh, key):
     """(abstract train state, its shardings) for the model config ``mcfg``."""
-    return abstract_state(cfg, codec_for(mcfg), tx, mesh, key)
+    return abstract_state(cfg, model_setup.codec_for(mcfg), tx, mesh, key)
 
 
 def compile_step(cfg, mcfg, tx, schedule, spec, mesh, state, sh, batch: dict, xla_lines: Counter):
     """The compiled train step for model config ``mcfg`` on the abstract ``state`` (shardings ``sh``, from
     :func:`abstract_step_state`) and ``batch``; the compiler's out-of-memory refusal propagates. XLA's memory lines
     are counted into ``xla_lines``, not printed (``longrm_jax.xla_log``)."""
-    step = jit_train_step(make_train_step(cfg, codec_for(mcfg), tx, spec, schedule), sh,
-                          batches.batch_shardings(mesh, slotted=spec.slotted))
+    step = steps.jit_train_step(steps.make_train_step(cfg, model_setup.codec_for(mcfg), tx, spec, schedule), sh,
+                                batches.batch_shardings(mesh, slotted=spec.slotted))
     with jax.set_mesh(mesh), xla_log.quiet_xla_memory_lines(xla_lines):
         return step.compile(state, batch)
