@@ -271,13 +271,8 @@ def _window_fields(hf: Mapping[str, Any], family: str, num_layers: int) -> dict:
     return {}
 
 
-def from_hf_config(hf: Mapping[str, Any], *, head: str | None = None, **overrides) -> ModelConfig:
-    """``ModelConfig`` from a parsed HF ``config.json`` dict.
-
-    ``architectures[0]`` picks the family and head (``model_type`` is the fallback for the family);
-    ``head`` overrides the head kind (e.g. load a causal-LM checkpoint as a classifier). ``overrides`` set
-    any ``ModelConfig`` field (``dtype``, ``param_dtype``, ``remat`` ...).
-    """
+def _family_and_head(hf: Mapping[str, Any]) -> tuple[str, str]:
+    """(family, head kind) from ``architectures[0]``, else (family of ``model_type``, "causal_lm")."""
     archs = list(hf.get("architectures") or [])
     if archs:
         arch = archs[0]
@@ -286,15 +281,24 @@ def from_hf_config(hf: Mapping[str, Any], *, head: str | None = None, **override
                 f"unknown architecture {arch!r} in config key 'architectures'; "
                 f"supported: {sorted(SUPPORTED_ARCHITECTURES)}"
             )
-        family, arch_head = SUPPORTED_ARCHITECTURES[arch]
-    else:
-        model_type = {"gemma3_text": "gemma3"}.get(hf.get("model_type"), hf.get("model_type"))
-        if model_type not in FAMILY_CLASS_PREFIX:
-            raise ValueError(
-                f"config has no 'architectures' and unknown 'model_type' {model_type!r}; "
-                f"supported: {sorted(SUPPORTED_ARCHITECTURES)}"
-            )
-        family, arch_head = model_type, "causal_lm"
+        return SUPPORTED_ARCHITECTURES[arch]
+    model_type = {"gemma3_text": "gemma3"}.get(hf.get("model_type"), hf.get("model_type"))
+    if model_type not in FAMILY_CLASS_PREFIX:
+        raise ValueError(
+            f"config has no 'architectures' and unknown 'model_type' {model_type!r}; "
+            f"supported: {sorted(SUPPORTED_ARCHITECTURES)}"
+        )
+    return model_type, "causal_lm"
+
+
+def from_hf_config(hf: Mapping[str, Any], *, head: str | None = None, **overrides) -> ModelConfig:
+    """``ModelConfig`` from a parsed HF ``config.json`` dict.
+
+    ``architectures[0]`` picks the family and head (``model_type`` is the fallback for the family);
+    ``head`` overrides the head kind (e.g. load a causal-LM checkpoint as a classifier). ``overrides`` set
+    any ``ModelConfig`` field (``dtype``, ``param_dtype``, ``remat`` ...).
+    """
+    family, arch_head = _family_and_head(hf)
     head = head or arch_head
     if family == "gemma3":
         hf, gemma = gemma3_fields(hf)
@@ -346,6 +350,29 @@ def from_hf_config(hf: Mapping[str, Any], *, head: str | None = None, **override
     return ModelConfig(**fields)
 
 
+def _family_hf_keys(out: dict, cfg: ModelConfig) -> dict:
+    """``out`` with the keys only one family's config has: Llama's MLP bias, Gemma 3's, the sliding window."""
+    if cfg.family == "llama":
+        out["mlp_bias"] = cfg.mlp_bias
+    elif cfg.family == "gemma3":
+        out = gemma3_hf_config(out, cfg)
+    elif cfg.family == "mistral":
+        if any(cfg.local_layers) and not all(cfg.local_layers):
+            raise ValueError("Mistral configs slide the window on every layer or none; layer_types mixes both")
+        # None, not absent, for full attention: an absent key means MistralConfig's 4096.
+        out["sliding_window"] = cfg.sliding_window if any(cfg.local_layers) else None
+    elif any(cfg.local_layers):  # Qwen2 / Qwen3: the window on the layers layer_types marks
+        local = cfg.local_layers
+        out.update(use_sliding_window=True, sliding_window=cfg.sliding_window, max_window_layers=local.index(True),
+                   layer_types=["sliding_attention" if x else "full_attention" for x in local])
+    else:  # Qwen2 / Qwen3: full attention on every layer
+        out["use_sliding_window"] = False
+        out.setdefault("sliding_window", None)
+        out.setdefault("max_window_layers", cfg.num_layers)
+        out.pop("layer_types", None)
+    return out
+
+
 def to_hf_config(cfg: ModelConfig, *, dtype: str | None = None, base: Mapping[str, Any] | None = None) -> dict:
     """HF ``config.json`` dict for ``cfg`` that transformers 4.45 ... 5.x all read the same way.
 
@@ -387,24 +414,7 @@ def to_hf_config(cfg: ModelConfig, *, dtype: str | None = None, base: Mapping[st
         torch_dtype=dtype,
         dtype=dtype,
     )
-    if cfg.family == "llama":
-        out["mlp_bias"] = cfg.mlp_bias
-    elif cfg.family == "gemma3":
-        out = gemma3_hf_config(out, cfg)
-    elif cfg.family == "mistral":
-        if any(cfg.local_layers) and not all(cfg.local_layers):
-            raise ValueError("Mistral configs slide the window on every layer or none; layer_types mixes both")
-        # None, not absent, for full attention: an absent key means MistralConfig's 4096.
-        out["sliding_window"] = cfg.sliding_window if any(cfg.local_layers) else None
-    elif any(cfg.local_layers):  # Qwen2 / Qwen3: the window on the layers layer_types marks
-        local = cfg.local_layers
-        out.update(use_sliding_window=True, sliding_window=cfg.sliding_window, max_window_layers=local.index(True),
-                   layer_types=["sliding_attention" if x else "full_attention" for x in local])
-    else:  # Qwen2 / Qwen3: full attention on every layer
-        out["use_sliding_window"] = False
-        out.setdefault("sliding_window", None)
-        out.setdefault("max_window_layers", cfg.num_layers)
-        out.pop("layer_types", None)
+    out = _family_hf_keys(out, cfg)
     if cfg.head == "classifier" or cfg.num_labels != 2:
         out["id2label"] = {str(i): f"LABEL_{i}" for i in range(cfg.num_labels)}
         out["label2id"] = {f"LABEL_{i}": i for i in range(cfg.num_labels)}
