@@ -25,6 +25,7 @@ import os
 from collections.abc import Sequence
 
 import jax
+from tqdm.auto import tqdm
 
 from longrm_jax.evaluation.continuous import param_bytes
 from longrm_jax.evaluation.encoding import grm_prompt_ids, verdict_letter_token_ids
@@ -107,12 +108,8 @@ class _FileJob:
         self.saved = False
 
 
-def judge_grm_files(cfg, files: Sequence[tuple[str, list[EvalSample]]], model, tokenizer, mesh,
-                    partial) -> dict[str, list[dict]]:
-    """Predictions of every sample of ``files`` ((task file, samples) pairs), judged in one generator call;
-    ``partial`` (``partial.PartialResults``) receives each file as it completes. ``cfg``: ``runner.EvalConfig``."""
-    from tqdm.auto import tqdm
-
+def _file_jobs(cfg, files: Sequence[tuple[str, list[EvalSample]]], tokenizer, partial) -> list[_FileJob]:
+    """A job per task file, with the samples its journal already holds (``--resume``)."""
     jobs = []
     for path, samples in files:
         journal = TaskJournal(partial.directory, partial.settings, path)
@@ -123,10 +120,14 @@ def judge_grm_files(cfg, files: Sequence[tuple[str, list[EvalSample]]], model, t
             logger.info("%s: reusing %d of %d judged samples from %s", path, len(job.done), len(samples),
                         journal.path)
         jobs.append(job)
+    return jobs
 
-    prompts, owners, cuts = [], [], []  # owners[i] = (job, sample index, shown order)
+
+def _judge_prompts(cfg, jobs: list[_FileJob], todo: list[tuple[int, int]], tokenizer):
+    """(prompt ids, owners[i] = (job, sample index, shown order), each prompt's cut, members[(job, sample)] =
+    its prompts' indices) for the samples ``todo``: one prompt per judged order."""
+    prompts, owners, cuts = [], [], []
     members: dict[tuple[int, int], list[int]] = {}
-    todo = [(j, s) for j, job in enumerate(jobs) for s in range(len(job.samples)) if s not in job.done]
     for j, s in tqdm(todo, desc="building judge prompts", unit="sample", disable=not cfg.progress):
         sample = jobs[j].samples[s]
         for order in judged_orders(sample, cfg.both_orders):
@@ -135,6 +136,16 @@ def judge_grm_files(cfg, files: Sequence[tuple[str, list[EvalSample]]], model, t
             prompts.append(ids)
             owners.append((j, s, order))
             cuts.append(cut)
+    return prompts, owners, cuts, members
+
+
+def judge_grm_files(cfg, files: Sequence[tuple[str, list[EvalSample]]], model, tokenizer, mesh,
+                    partial) -> dict[str, list[dict]]:
+    """Predictions of every sample of ``files`` ((task file, samples) pairs), judged in one generator call;
+    ``partial`` (``partial.PartialResults``) receives each file as it completes. ``cfg``: ``runner.EvalConfig``."""
+    jobs = _file_jobs(cfg, files, tokenizer, partial)
+    todo = [(j, s) for j, job in enumerate(jobs) for s in range(len(job.samples)) if s not in job.done]
+    prompts, owners, cuts, members = _judge_prompts(cfg, jobs, todo, tokenizer)
 
     def finish_file(job: _FileJob) -> None:
         partial.save(job.path, [job.done[s] for s in range(len(job.samples))])

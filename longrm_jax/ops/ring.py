@@ -356,6 +356,21 @@ class _RingConfig:
 # ------------------------------------------------------------------------------------------ public API
 
 
+def _block_impl(impl: str, *, window, causal: bool, has_segment_ids: bool, dtype) -> str:
+    """The kernel the ring runs per block for ``ring_attention``'s ``impl``: a window needs XLA blocks, and
+    ``auto`` takes the fastest single-device kernel whose backward can run from the global statistics."""
+    if window is not None:
+        if not causal or impl not in ("auto", "ring", "xla"):
+            raise AttentionNotSupportedError(f"ring attention with a sliding window (window={window}) runs XLA "
+                                             f"blocks on causal attention only (got impl={impl!r}, causal={causal})")
+        return "xla"  # global positions across devices: XLA blocks (splash's LocalMask is one block's)
+    if impl in ("auto", "ring"):
+        impl = local_impl("auto", has_segment_ids=has_segment_ids, dtype=dtype, window=window)
+        if impl == "cudnn" and not cudnn_flash.available():  # no cuDNN backward from global statistics: xla
+            return "xla"
+    return impl
+
+
 def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=True, zigzag=True,
                    impl="auto", scale=None, interpret=False, window=None, sub_block="auto"):
     """Attention with the sequence split over mesh axis ``axis``; same math as ``ops.attention``.
@@ -391,16 +406,7 @@ def ring_attention(q, k, v, *, mesh=None, axis="seq", segment_ids=None, causal=T
     if t % parts:
         raise ValueError(f"sequence length {t} must be divisible by {parts} for {n} ring shards"
                          f"{' (zigzag)' if zigzag else ''}")
-    if window is not None:
-        if not causal or impl not in ("auto", "ring", "xla"):
-            raise AttentionNotSupportedError(f"ring attention with a sliding window (window={window}) runs XLA "
-                                             f"blocks on causal attention only (got impl={impl!r}, causal={causal})")
-        impl = "xla"  # global positions across devices: XLA blocks (splash's LocalMask is one block's)
-    if impl in ("auto", "ring"):
-        impl = local_impl("auto", has_segment_ids=segment_ids is not None, dtype=q.dtype, window=window)
-        if impl == "cudnn":
-            if not cudnn_flash.available():  # no cuDNN backward from global statistics: train with xla
-                impl = "xla"
+    impl = _block_impl(impl, window=window, causal=causal, has_segment_ids=segment_ids is not None, dtype=q.dtype)
     kernel = block_kernel(impl, has_segment_ids=segment_ids is not None, interpret=interpret, dtype=q.dtype)
     scale = d**-0.5 if scale is None else float(scale)
 
