@@ -110,23 +110,10 @@ def no_verdict_parsed(summary: dict) -> bool:
     return True
 
 
-def _compile_only(args: argparse.Namespace) -> int:
-    """``--compile-only --topology NAME`` (evaluation.compile_only): 0 when every program fits, 4 otherwise."""
-    if not (args.compile_only and args.topology):
-        from longrm_jax.cli_support import InputError
-
-        raise InputError("--compile-only and --topology go together (e.g. --compile-only --topology v5p-8)")
-    from longrm_jax.parallel.topology import parse, prepare_host_for_compile_only
-
-    topology = parse(args.topology, args.topology_slices)
-    prepare_host_for_compile_only()
-    if topology.platform == "gpu" and not args.is_disrm and not args.no_gpu_flags:
-        add_gpu_xla_flags()  # what a GRM run on a GPU sets
+def _compile_model_config(args: argparse.Namespace):
+    """(model config, dtype) for ``--compile-only``: the model directory's config, or a preset's with its own
+    vocabulary."""
     import os
-
-    from longrm_jax.evaluation.compile_only import compile_programs
-    from longrm_jax.parallel.mesh import make_mesh
-    from longrm_jax.parallel.topology import GiB, host_count
 
     head = "classifier" if args.is_disrm else "causal_lm"
     if os.path.isdir(args.model_path):
@@ -149,6 +136,26 @@ def _compile_only(args: argparse.Namespace) -> int:
         dtype = (resolve_dtype(EvalConfig(model_path=args.model_path, data_path="", is_disrm=args.is_disrm))
                  if os.path.isdir(args.model_path) else "bfloat16")
     mcfg = mcfg.replace(dtype=dtype, param_dtype=dtype)
+    return mcfg, dtype
+
+
+def _compile_only(args: argparse.Namespace) -> int:
+    """``--compile-only --topology NAME`` (evaluation.compile_only): 0 when every program fits, 4 otherwise."""
+    if not (args.compile_only and args.topology):
+        from longrm_jax.cli_support import InputError
+
+        raise InputError("--compile-only and --topology go together (e.g. --compile-only --topology v5p-8)")
+    from longrm_jax.parallel.topology import parse, prepare_host_for_compile_only
+
+    topology = parse(args.topology, args.topology_slices)
+    prepare_host_for_compile_only()
+    if topology.platform == "gpu" and not args.is_disrm and not args.no_gpu_flags:
+        add_gpu_xla_flags()  # what a GRM run on a GPU sets
+    from longrm_jax.evaluation.compile_only import compile_programs
+    from longrm_jax.parallel.mesh import make_mesh
+    from longrm_jax.parallel.topology import GiB, host_count
+
+    mcfg, dtype = _compile_model_config(args)
     devices = topology.devices()
     mesh = make_mesh(**(args.mesh or {"fsdp": -1}), devices=devices)
     length = args.compile_length or args.max_length

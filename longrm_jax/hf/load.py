@@ -220,6 +220,25 @@ def language_model_tensors(tensors: Mapping[str, SafetensorsFile], source: str) 
     return out
 
 
+def _check_extra_tensors(cfg: ModelConfig, tensors: Mapping[str, SafetensorsFile], used: set, source: str) -> None:
+    """Checkpoint tensors the model does not take: an error for any that matter, a log line for harmless ones."""
+    extra = sorted(set(tensors) - used)
+    harmless = [n for n in extra if any(p.match(n) for p in HARMLESS_EXTRA)]
+    if cfg.head == "classifier" and "lm_head.weight" in extra:
+        harmless.append("lm_head.weight")
+        log.warning("%s: loading a causal-LM checkpoint as a classifier; lm_head dropped", source)
+    if cfg.tie_word_embeddings and "lm_head.weight" in extra and "lm_head.weight" not in harmless:
+        harmless.append("lm_head.weight")  # HF ignores a saved lm_head when embeddings are tied
+    unexpected = [n for n in extra if n not in harmless]
+    if unexpected:
+        shown = ", ".join(repr(u) for u in unexpected[:8]) + (" ..." if len(unexpected) > 8 else "")
+        raise CheckpointError(f"{source}: {len(unexpected)} unexpected tensor(s) for {cfg.hf_architecture}: {shown}")
+    dropped_head = cfg.head == "classifier" and "lm_head.weight" in extra  # its warning above says so
+    quiet = [n for n in harmless if not (dropped_head and n == "lm_head.weight")]
+    if quiet:
+        log.info("%s: ignoring %d harmless tensor(s), e.g. %s", source, len(quiet), quiet[0])
+
+
 def load_weights(cfg: ModelConfig, tensors: Mapping[str, SafetensorsFile], *, mesh=None, rules=None, seed=0,
                  source: str = "checkpoint"):
     """Build the model for ``cfg`` from already opened safetensors files (tensor name -> file)."""
@@ -250,21 +269,7 @@ def load_weights(cfg: ModelConfig, tensors: Mapping[str, SafetensorsFile], *, me
     if missing:
         shown = ", ".join(repr(m) for m in missing[:8]) + (" ..." if len(missing) > 8 else "")
         raise CheckpointError(f"{source}: {len(missing)} tensor(s) missing from the checkpoint: {shown}")
-    extra = sorted(set(tensors) - used)
-    harmless = [n for n in extra if any(p.match(n) for p in HARMLESS_EXTRA)]
-    if cfg.head == "classifier" and "lm_head.weight" in extra:
-        harmless.append("lm_head.weight")
-        log.warning("%s: loading a causal-LM checkpoint as a classifier; lm_head dropped", source)
-    if cfg.tie_word_embeddings and "lm_head.weight" in extra and "lm_head.weight" not in harmless:
-        harmless.append("lm_head.weight")  # HF ignores a saved lm_head when embeddings are tied
-    unexpected = [n for n in extra if n not in harmless]
-    if unexpected:
-        shown = ", ".join(repr(u) for u in unexpected[:8]) + (" ..." if len(unexpected) > 8 else "")
-        raise CheckpointError(f"{source}: {len(unexpected)} unexpected tensor(s) for {cfg.hf_architecture}: {shown}")
-    dropped_head = cfg.head == "classifier" and "lm_head.weight" in extra  # its warning above says so
-    quiet = [n for n in harmless if not (dropped_head and n == "lm_head.weight")]
-    if quiet:
-        log.info("%s: ignoring %d harmless tensor(s), e.g. %s", source, len(quiet), quiet[0])
+    _check_extra_tensors(cfg, tensors, used, source)
 
     # 2. Place each weight directly in its sharding.
     rules_map = dict(rules) if rules is not None else None
