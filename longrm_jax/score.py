@@ -16,6 +16,8 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 
+from tqdm.auto import tqdm
+
 from longrm_jax.cli_support import InputError, add_debug_flag
 from longrm_jax.data.records import DataError
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
@@ -138,8 +140,6 @@ def _chunks(rows: list[tuple[int, dict]], size: int) -> Iterator[list[dict]]:
 
 def score_rows(model, rows: list[tuple[int, dict]], out, *, chunk: int, progress: bool) -> int:
     """Score ``rows`` chunk by chunk with ``model`` (a RewardModel), writing each scored line to ``out``."""
-    from tqdm.auto import tqdm
-
     total = sum(1 if "response" in row else len(row["responses"]) for _, row in rows)
     with tqdm(total=total, unit="response", desc="scoring", disable=not progress) as bar:
         for part in _chunks(rows, chunk):

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 from longrm_jax.cli_support import ExitStatus, add_debug_flag, run_cli
 from longrm_jax.data.packing import bucket_for, make_buckets, own_row_length, plan_rows
@@ -122,8 +123,6 @@ def _inspect(argv: Sequence[str]) -> int:
 
 def _tokenize_rows(src, tok, n_rows: int, args) -> tuple[list, int]:
     """(tokenized groups of the first ``n_rows`` rows, bad rows skipped with --skip-bad-rows)."""
-    from tqdm import tqdm
-
     groups, stats, skipped = [], TruncationStats(), 0
     for i in tqdm(range(n_rows), desc="tokenizing", unit="row", file=sys.stderr):
         try:

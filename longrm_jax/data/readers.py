@@ -29,6 +29,8 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from tqdm import tqdm
+
 from longrm_jax.data.records import (BEST_OF_N, LONGFORM_SUBSETS, PAIRWISE, TASK_TYPES, BenchRecord, DataError,
                                      LongFormRecord, PreferenceRecord, Provenance, SFTRecord)
 
@@ -411,8 +413,6 @@ class RecordSource:
         """All records in order; bad rows raise, or are logged and counted when `skip_bad_rows`."""
         indices: Sequence[int] = range(len(self))
         if progress:
-            from tqdm import tqdm
-
             indices = tqdm(indices, desc=f"reading {os.path.basename(self.source_name)}", unit="row")
         for i in indices:
             try:

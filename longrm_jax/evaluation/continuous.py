@@ -33,6 +33,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm.auto import tqdm
 
 from longrm_jax.evaluation.decoding import Generation, letter_logprobs
 from longrm_jax.evaluation.slot_plan import (  # noqa: F401 - MEMORY_FRACTION, MAX_SLOTS: re-exported
@@ -191,8 +192,6 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
     each shape, which compile; ``prefill_s``, ``decode_s``; ``prefill_tokens``, ``decode_tokens``,
     ``decode_calls``, ``generated_tokens``: stop tokens included; ``slot_plan``: bucket -> slots); timing
     synchronises with the device once per call, as the loop does anyway."""
-    from tqdm.auto import tqdm
-
     max_new = generator.max_new_tokens
     if budgets is None:
         budgets = [max_new] * len(prompts)

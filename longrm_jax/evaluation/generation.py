@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
+from tqdm.auto import tqdm
 
 from longrm_jax.evaluation.batching import pad_rows, plan_batches
 from longrm_jax.evaluation.decoding import Generation, letter_logprobs
@@ -241,8 +242,6 @@ class GreedyGenerator:
         ``budgets``: per-prompt token budgets (<= ``max_new_tokens``; continuous batching only), e.g. the
         benchmark's simulated judgement lengths. ``on_result(index, generation)``: called as each prompt
         finishes (in completion order). This call's phase timings: ``self.timings``."""
-        from tqdm.auto import tqdm
-
         self.timings = {}  # this call's phases (the runner adds up calls)
         if self.continuous:
             from longrm_jax.evaluation.continuous import continuous_generate

@@ -30,6 +30,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
+from tqdm.auto import tqdm
+
 from longrm_jax.cli_support import visible_gpu_ids
 from longrm_jax.evaluation.estimate import DEVICES, prefill_flops
 from longrm_jax.evaluation.samples import EvalSample
@@ -248,8 +250,6 @@ def run_replicas(save_path: str, shares: list[list[EvalSample]], devices: list[s
     device, show their joint progress and wait for all; the first failure stops the others and raises
     :class:`ReplicaFailed` with its log's error line. Ctrl-C (or SIGTERM) is passed on, so each replica journals what
     it finished for ``--resume``."""
-    from tqdm.auto import tqdm
-
     procs, logs = [], []
     for index, (share, device) in enumerate(zip(shares, devices)):
         directory = replica_dir(save_path, index)

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 import jax
 import numpy as np
+from tqdm.auto import tqdm
 
 from longrm_jax.data.records import DataError
 from longrm_jax.evaluation import longform, replicas
@@ -221,8 +222,6 @@ def load_model(cfg: EvalConfig, mesh, samples: int = 0):
 
 
 def _progress(items, cfg: EvalConfig, desc: str):
-    from tqdm.auto import tqdm
-
     return tqdm(items, desc=desc, unit="sample", disable=not cfg.progress)
 
 

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
+from tqdm.auto import tqdm
 
 from longrm_jax.evaluation.batching import pad_rows, plan_batches
 from longrm_jax.parallel.placement import place_batch
@@ -95,8 +96,6 @@ class DisRMScorer:
 
     def score(self, sequences: Sequence[np.ndarray], progress: bool = True, desc: str = "DisRM scoring") -> np.ndarray:
         """float32 [N]: the score of each sequence (in the given order)."""
-        from tqdm.auto import tqdm
-
         row_multiple, _ = mesh_sizes(self.mesh)
         length_multiple = 2 * self.seq_size if self.seq_size > 1 else 1
         lengths = [len(s) for s in sequences]

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm.auto import tqdm
 
 from longrm_jax.data.packing import bucket_for
 from longrm_jax.evaluation.batching import fit_buckets
@@ -117,8 +118,6 @@ class SharedPromptScorer:
         run's samples / these groups: the task files of a benchmark share their length mix). Padding is paid
         per sample of the run and a compile once, so a small file alone would merge buckets that the run as a
         whole wants apart (one sample per context size would pad 32K prefixes to 64K)."""
-        from tqdm.auto import tqdm
-
         compiled = _COMPILED.setdefault(self.chunk, {})
         prefixes = [common_prefix_length(group) for group in groups]
         prefix_buckets = fit_buckets([max(p, 1) for p in prefixes],

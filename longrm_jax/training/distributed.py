@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 # The largest share of each GPU JAX's allocator may take in a multi-process run. NCCL allocates its buffers
 # for other processes' GPUs outside that pool: at the README's 0.95, the 4 GiB left of an 80 GiB H100 ran out
 # ("Cuda failure 2 'out of memory'" in the update's collectives) with 4 processes of one GPU each, where one
-# process driving the same 4 GPUs, or 4 processes on 141 GiB H200s, fitted (docs/benchmarks.md, Session 20).
+# process driving the same 4 GPUs, or 4 processes on 141 GiB H200s, fitted (docs/benchmarks.md: "4 processes",
+# in the first 4 x H100 call).
 MULTI_PROCESS_GPU_MEM_FRACTION = 0.90
 
 # Environment variables that mean "this is one process of a multi-process job".
