@@ -263,7 +263,7 @@ class Judge:
         messages (a Long-RewardBench ``prompt_template``: the judge sees their contents joined by blank lines),
         ``kind`` as in :meth:`judge`."""
         from longrm_jax.evaluation.encoding import grm_prompt_ids, verdict_letter_token_ids
-        from longrm_jax.evaluation.grm_generation import make_generator
+        from longrm_jax.evaluation.grm.generator import make_generator
 
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")

@@ -15,7 +15,7 @@ What runs, each in its own process (one framework's memory never limits the othe
 * Ours: ``python -m longrm_jax.evaluate`` (GRM: continuous batching, slots from device memory unless
   ``--batch-size``; DisRM: ``--is-disrm``, ``--share-prompt`` unless ``--no-share-prompt``). GRM runs with
   ``--simulate-judgement-lengths``: a random model never writes EOS, so each judgement is cut at a per-prompt
-  length drawn like real judgements (``longrm_jax.evaluation.simulated_lengths``: a quarter run to the budget,
+  length drawn like real judgements (``longrm_jax.evaluation.grm.simulated_lengths``: a quarter run to the budget,
   the rest log-uniform from 128 tokens). Phases (load, compile, prefill, decode, aggregation) come from the
   run's ``timings.json``; wall time is the whole process, imports included.
 * Peer: transformers on the same prompts (built by our encoding code, so only the model execution differs):
@@ -185,7 +185,7 @@ def peer_part(args) -> dict:
 
     from longrm_jax.evaluation.batching import plan_batches
     from longrm_jax.evaluation.encoding import stop_token_ids
-    from longrm_jax.evaluation.simulated_lengths import judgement_lengths
+    from longrm_jax.evaluation.grm.simulated_lengths import judgement_lengths
 
     kind, model_dir, data = args.peer_part, args.peer_model, args.peer_data
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -330,7 +330,7 @@ def build_report(args, results: dict, samples: int, lengths: list[int]) -> tuple
                           f"{ours.get('decode_calls', 0)} decode calls, up to {ours.get('max_slots', '?')} slots; "
                           f"generated tokens: ours {ours.get('generated_tokens', 0):,}, "
                           f"peer {peer.get('generated_tokens', '-') if peer else '-'}; slot plan (bucket: slots) "
-                          f"{ours.get('slot_plan', '?')}; estimated before the run (evaluation.estimate): "
+                          f"{ours.get('slot_plan', '?')}; estimated before the run (evaluation.grm.estimate): "
                           f"{_fmt(ours.get('estimate_s'))} s of compile + prefill + decode, measured "
                           f"{_fmt((ours.get('compile_s') or 0) + (ours.get('prefill_s') or 0) + (ours.get('decode_s') or 0))} s"]
         lines.append("")

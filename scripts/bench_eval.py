@@ -184,8 +184,8 @@ def part_decode_jax(args) -> dict:
     from flax import nnx
 
     from longrm_jax.evaluation.batching import Batch, pad_rows
-    from longrm_jax.evaluation.generation import GreedyGenerator, prepare_for_decoding
-    from longrm_jax.evaluation.decoding import letter_logprobs
+    from longrm_jax.evaluation.grm.generation import GreedyGenerator, prepare_for_decoding
+    from longrm_jax.evaluation.grm.decoding import letter_logprobs
     from longrm_jax.models import build_model
 
     cfg = model_config(args, "causal_lm")
@@ -407,7 +407,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-decode", action="store_true", help="skip the GRM decode measurement")
     p.add_argument("--decode-unfused", action="store_true",
                    help="decode with the training weight layout (separate q/k/v and gate/up weights) instead of "
-                        "the evaluator's fused one (evaluation.generation.prepare_for_decoding)")
+                        "the evaluator's fused one (evaluation.grm.generation.prepare_for_decoding)")
     p.add_argument("--decode-prefill-rows", type=int, default=None,
                    help="GRM rows prefilled per call (default: all while that is <= 128K tokens, else 1, each "
                         "written straight into its cache row)")

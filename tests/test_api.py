@@ -99,7 +99,7 @@ def test_judgement_reads_the_verdict_as_the_evaluator(monkeypatch):
     from longrm_jax.api import Judge as JudgeClass
     from longrm_jax.api import _sample
     from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
-    from longrm_jax.evaluation.decoding import Generation
+    from longrm_jax.evaluation.grm.decoding import Generation
     from longrm_jax.evaluation.encoding import load_chat_tokenizers
 
     _, tokenizer = load_chat_tokenizers(TINY_TOKENIZER_DIR)

@@ -7,8 +7,8 @@ import pytest
 import torch  # the test extra installs it: a broken install fails the run, never skips
 
 from longrm_jax import load_pretrained  # noqa: E402
-from longrm_jax.evaluation.continuous import memory_plan, slots_from_memory  # noqa: E402
-from longrm_jax.evaluation.generation import GreedyGenerator  # noqa: E402
+from longrm_jax.evaluation.grm.continuous import memory_plan, slots_from_memory  # noqa: E402
+from longrm_jax.evaluation.grm.generation import GreedyGenerator  # noqa: E402
 from helpers.tiny_checkpoint import make_tiny_model_dir  # noqa: E402
 
 VOCAB = 650
@@ -135,7 +135,7 @@ def test_donated_slot_state_and_cache_have_one_buffer_per_leaf():
     never donates, so check the buffers themselves)."""
     import jax
 
-    from longrm_jax.evaluation.continuous import empty_state
+    from longrm_jax.evaluation.grm.continuous import empty_state
 
     leaves = jax.tree.leaves(empty_state(4, 8, 3, 0))
     pointers = [x.unsafe_buffer_pointer() for x in leaves]

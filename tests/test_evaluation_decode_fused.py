@@ -12,7 +12,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from longrm_jax import load_pretrained  # noqa: E402
 from longrm_jax.hf.save import save_pretrained  # noqa: E402
-from longrm_jax.evaluation.generation import (  # noqa: E402
+from longrm_jax.evaluation.grm.generation import (  # noqa: E402
     PREFILL_MLP_CHUNK_TOKENS, GreedyGenerator, _decode, prepare_for_decoding)
 from longrm_jax.parallel.mesh import make_mesh  # noqa: E402
 from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402

@@ -11,7 +11,7 @@ import pytest
 import torch  # noqa: F401 - the test extra installs it: a broken install fails the run, never skips
 
 from longrm_jax import load_pretrained  # noqa: E402
-from longrm_jax.evaluation.generation import GreedyGenerator  # noqa: E402
+from longrm_jax.evaluation.grm.generation import GreedyGenerator  # noqa: E402
 from longrm_jax.evaluation.scoring import DisRMScorer, hf_pooled_index  # noqa: E402
 from helpers.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
 from longrm_jax.parallel.mesh import make_mesh  # noqa: E402

@@ -6,7 +6,7 @@ from transformers import AutoTokenizer
 
 from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
 from longrm_jax.evaluation import judging
-from longrm_jax.evaluation.generation import Generation
+from longrm_jax.evaluation.grm.generation import Generation
 from longrm_jax.evaluation.samples import LONG_FORM, EvalSample
 
 

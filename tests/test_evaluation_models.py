@@ -8,7 +8,7 @@ import torch  # the test extra installs it: a broken install fails the run, neve
 
 from longrm_jax import load_pretrained  # noqa: E402
 from longrm_jax.evaluation.encoding import disrm_sequences, load_chat_tokenizers  # noqa: E402
-from longrm_jax.evaluation.generation import GreedyGenerator  # noqa: E402
+from longrm_jax.evaluation.grm.generation import GreedyGenerator  # noqa: E402
 from longrm_jax.evaluation.samples import load_task_file  # noqa: E402
 from helpers.tiny_checkpoint import make_tiny_model_dir  # noqa: E402
 
@@ -131,7 +131,7 @@ def test_grm_decode_cache_donation_is_usable(causal_lm):
     import jax
 
     from longrm_jax.evaluation.batching import Batch, pad_rows
-    from longrm_jax.evaluation.generation import _decode
+    from longrm_jax.evaluation.grm.generation import _decode
 
     path, _ = causal_lm
     model = load_pretrained(path, dtype="float32")

@@ -1,6 +1,6 @@
-"""The whole-run GRM queue (evaluation.grm_queue) against task-by-task judging, through the CLI: same
+"""The whole-run GRM queue (evaluation.grm.queue) against task-by-task judging, through the CLI: same
 results.csv, predictions and per-task files, token for token, with --both-orders and with --resume after a
-run killed mid-queue; and the slot plan and run estimate (evaluation.slot_plan / estimate) for 8B shapes
+run killed mid-queue; and the slot plan and run estimate (evaluation.grm.slot_plan / estimate) for 8B shapes
 against an H100's and an H200's memory, without a device."""
 
 import json
@@ -12,9 +12,9 @@ pytest.importorskip("torch")
 
 from longrm_jax import evaluate  # noqa: E402
 from longrm_jax.data.synthetic import write_long_rewardbench  # noqa: E402
-from longrm_jax.evaluation import grm_queue  # noqa: E402
-from longrm_jax.evaluation.generation import GreedyGenerator  # noqa: E402
-from longrm_jax.evaluation.slot_plan import plan_pools, plan_slots  # noqa: E402
+from longrm_jax.evaluation.grm import queue as grm_queue  # noqa: E402
+from longrm_jax.evaluation.grm.generation import GreedyGenerator  # noqa: E402
+from longrm_jax.evaluation.grm.slot_plan import plan_pools, plan_slots  # noqa: E402
 from helpers.tiny_checkpoint import make_tiny_model_dir  # noqa: E402
 
 VOCAB = 650
@@ -157,7 +157,7 @@ def test_slot_plan_of_an_8b_judge_on_real_device_memory(device, memory_gib, shor
 
 
 def test_run_estimate_says_minutes_or_that_no_rate_is_known():
-    from longrm_jax.evaluation.estimate import estimate_run
+    from longrm_jax.evaluation.grm.estimate import estimate_run
     from longrm_jax.models import ModelConfig
 
     config = ModelConfig(**QWEN3_8B)
@@ -188,8 +188,8 @@ def test_run_estimate_says_minutes_or_that_no_rate_is_known():
 def test_pool_steps_follow_the_continuous_schedule():
     """A pool decodes for its schedule's length: each prompt takes the slot that frees first; a pool that
     drains (one long judgement left) runs its steps with fewer rows, and the estimate prices those steps."""
-    from longrm_jax.evaluation.estimate import estimate_run, pool_steps
-    from longrm_jax.evaluation.slot_plan import Pool
+    from longrm_jax.evaluation.grm.estimate import estimate_run, pool_steps
+    from longrm_jax.evaluation.grm.slot_plan import Pool
     from longrm_jax.models import ModelConfig
 
     assert pool_steps([100] * 8, 8) == 100 and pool_steps([100] * 8, 4) == 200 and pool_steps([100] * 3, 8) == 100

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from longrm_jax.evaluation.compile_only import counted_flops
-from longrm_jax.evaluation.estimate import prefill_flops
+from longrm_jax.evaluation.grm.estimate import prefill_flops
 from longrm_jax.models.config import ModelConfig, attended_columns, causal_squares
 from longrm_jax.training.telemetry import step_flops
 

@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 
 from longrm_jax import load_pretrained
-from longrm_jax.evaluation.generation import GreedyGenerator
-from longrm_jax.evaluation.slot_plan import kv_cache_bytes, plan_slots
+from longrm_jax.evaluation.grm.generation import GreedyGenerator
+from longrm_jax.evaluation.grm.slot_plan import kv_cache_bytes, plan_slots
 from longrm_jax.models.heads import CausalLM
 from longrm_jax.ops.contract import PAD_POSITION
 from helpers.family_parity import make_model, rel_err

@@ -10,7 +10,7 @@ import torch
 import transformers
 
 from longrm_jax import load_pretrained
-from longrm_jax.evaluation.generation import GreedyGenerator, prepare_for_decoding
+from longrm_jax.evaluation.grm.generation import GreedyGenerator, prepare_for_decoding
 from longrm_jax.evaluation.scoring import DisRMScorer
 from helpers.family_parity import make_model
 

@@ -99,7 +99,7 @@ def test_cudnn_kernel_recompute_backward_is_reported(monkeypatch, caplog):
 
 
 def test_failed_memory_stats_on_an_accelerator_is_reported(caplog, monkeypatch):
-    from longrm_jax.evaluation import continuous
+    from longrm_jax.evaluation.grm import continuous
 
     class Device:
         platform = "gpu"

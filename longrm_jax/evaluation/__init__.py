@@ -6,8 +6,10 @@ Modules, from inputs to outputs:
 * ``prompts``: judge prompts and verdict parsers (upstream LongRM's, quirks included).
 * ``encoding``: token ids for DisRM sequences and GRM judge prompts (chat templates, middle truncation).
 * ``batching``: length buckets and static-shape batch plans.
-* ``scoring``: jitted DisRM scoring (``DisRMScorer``); ``generation``: jitted greedy decoding with a KV cache
-  (``GreedyGenerator``). Both run on a device mesh, with ring attention when it has a ``seq`` axis.
+* ``scoring``: jitted DisRM scoring (``DisRMScorer``); ``shared_prompt``: the same with a sample's shared prompt
+  computed once. ``grm``: a judge's greedy decoding with a KV cache (static and continuous batching, slot plans,
+  the run estimate, the queue of task files). Both run on a device mesh, with ring attention when it has a
+  ``seq`` axis.
 * ``judging``: model outputs -> per-sample predictions; ``metrics``: upstream ``results.csv`` rows, AUC,
   both-orders agreement; ``plots``: accuracy by length, needle heatmap.
 * ``runner``: ``EvalConfig`` and ``run_evaluation`` (the CLI is ``python -m longrm_jax.evaluate``).

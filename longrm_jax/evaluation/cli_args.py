@@ -169,7 +169,7 @@ def _generation_args(group) -> None:
     group.add_argument("--simulate-judgement-lengths", action="store_true",
                         help="benchmarking random-weight models only: end each judgement after a deterministic "
                              "per-prompt number of tokens drawn like real judgement lengths (a random model "
-                             "never writes EOS; see longrm_jax.evaluation.simulated_lengths). The verdicts are "
+                             "never writes EOS; see longrm_jax.evaluation.grm.simulated_lengths). The verdicts are "
                              "then meaningless")
     group.add_argument("--share-prompt", action="store_true",
                         help="DisRM: compute each sample's shared prompt once and score only the answers on top "

@@ -4,7 +4,7 @@ TPU slice or GPU cluster this host does not have (``parallel.topology``), with n
 Programs, the jitted functions the evaluator runs (same modules, same shardings):
 - DisRM: the scoring forward (``evaluation.scoring``: the classifier pooling itself, or the per-token head
   gathered at the pooled index when tokens are split over ``seq``);
-- GRM: the prefill that fills the KV cache and the greedy decode loop (``evaluation.generation``), on the
+- GRM: the prefill that fills the KV cache and the greedy decode loop (``evaluation.grm.generation``), on the
   decoding weight layout (``prepare_for_decoding``: fused projections, the decode attention ``auto`` picks for
   the target devices).
 The model is abstract: its parameters are ``ShapeDtypeStruct``s placed by their logical names on the mesh, as
@@ -26,8 +26,8 @@ from flax import nnx
 from jax.sharding import NamedSharding
 
 from longrm_jax import xla_log
-from longrm_jax.evaluation.estimate import prefill_flops
-from longrm_jax.evaluation.generation import _jitted_decode, _jitted_prefill, prepare_for_decoding
+from longrm_jax.evaluation.grm.estimate import prefill_flops
+from longrm_jax.evaluation.grm.generation import _jitted_decode, _jitted_prefill, prepare_for_decoding
 from longrm_jax.evaluation.scoring import _JITTED_CLASSIFIER, _JITTED_GATHERED
 from longrm_jax.models.config import attended_columns, decoder_matmul_params, output_head_params
 from longrm_jax.models.heads import build_model

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from longrm_jax.evaluation.decoding import Generation
+from longrm_jax.evaluation.grm.decoding import Generation
 from longrm_jax.evaluation.metrics import sample_score
 from longrm_jax.evaluation.prompts import (
     parse_verdict,

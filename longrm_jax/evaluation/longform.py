@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from longrm_jax.evaluation.encoding import maybe_truncate
-from longrm_jax.evaluation.grm_generation import add_timings, make_generator, simulated_budgets
+from longrm_jax.evaluation.grm.generator import add_timings, make_generator, simulated_budgets
 from longrm_jax.evaluation.judging import base_prediction
 from longrm_jax.evaluation.samples import LONG_FORM, EvalSample
 

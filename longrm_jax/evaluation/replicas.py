@@ -33,9 +33,9 @@ from collections.abc import Callable, Sequence
 from tqdm.auto import tqdm
 
 from longrm_jax.cli_support import visible_gpu_ids
-from longrm_jax.evaluation.estimate import DEVICES, prefill_flops
+from longrm_jax.evaluation.grm.estimate import DEVICES, prefill_flops
 from longrm_jax.evaluation.samples import EvalSample
-from longrm_jax.evaluation.slot_plan import kv_cache_bytes, plan_slots
+from longrm_jax.evaluation.grm.slot_plan import kv_cache_bytes, plan_slots
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ Outputs under ``save_path``:
 * ``partial/{Task}.jsonl``: each task file's predictions as soon as it is done (``--resume`` reuses them;
   :mod:`longrm_jax.evaluation.partial`);
   ``partial/{Task}.journal.jsonl`` while a GRM task file is under way: its finished samples
-  (:mod:`longrm_jax.evaluation.grm_queue`; ``--resume`` reuses them too).
+  (:mod:`longrm_jax.evaluation.grm.queue`; ``--resume`` reuses them too).
 * ``{Task}.jsonl`` per Long-RewardBench task, in upstream's own results format (``output``,
   ``shuffled_order``...), so upstream's ``evaluate()`` can re-score our generations.
 """
@@ -39,9 +39,9 @@ from longrm_jax.evaluation.encoding import (
     disrm_sequences_batch,
     load_chat_tokenizers,
 )
-from longrm_jax.evaluation.generation import prepare_for_decoding
-from longrm_jax.evaluation.grm_generation import add_timings
-from longrm_jax.evaluation.grm_queue import judge_grm_files
+from longrm_jax.evaluation.grm.generation import prepare_for_decoding
+from longrm_jax.evaluation.grm.generator import add_timings
+from longrm_jax.evaluation.grm.queue import judge_grm_files
 from longrm_jax.evaluation.judging import disrm_prediction, judged_orders
 from longrm_jax.evaluation.outputs import summarize, write_outputs
 from longrm_jax.evaluation.partial import PartialResults, result_settings
@@ -90,10 +90,10 @@ class EvalConfig:
     max_batch_tokens: int | None = 131_072  # DisRM and static GRM batches
     static_batches: bool = False  # GRM: static length-bucket batches instead of continuous batching
     decode_chunk: int = 16  # GRM continuous batching: decode steps per host round trip
-    decode_attention: str = "auto"  # GRM: attention of a decode step (evaluation.generation.prepare_for_decoding)
+    decode_attention: str = "auto"  # GRM: attention of a decode step (evaluation.grm.generation.prepare_for_decoding)
     unroll_decode_layers: str = "auto"  # GRM, decode kernel: unrolled layer loop (auto: see unroll_decode_layers)
     device_memory_gib: float | None = None  # GRM: memory to size the slot pool by (default: the device's)
-    simulate_judgement_lengths: bool = False  # benchmarks: per-prompt budgets (evaluation.simulated_lengths)
+    simulate_judgement_lengths: bool = False  # benchmarks: per-prompt budgets (evaluation.grm.simulated_lengths)
     queue: str = "run"  # GRM: one generation queue for the run's task files ("run") or one per file ("per-task")
     mesh: dict[str, int] | None = None
     replicas: str = "auto"  # one process per GPU, each on a share of the samples (evaluation.replicas)
@@ -346,7 +346,7 @@ def judge_samples(cfg: EvalConfig, samples: list[EvalSample], grm_tokenizer, dis
     partial = PartialResults(os.path.join(cfg.resolved_save_path(), "partial"), result_settings(cfg))
     mesh = model = None
     by_file: dict[str, list[dict]] = {}
-    queued = []  # GRM task files judged together (evaluation.grm_queue)
+    queued = []  # GRM task files judged together (evaluation.grm.queue)
     for path, group in _by_file(samples):
         done = partial.load(path, group) if cfg.resume else None
         if done is not None:

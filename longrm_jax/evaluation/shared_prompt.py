@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from longrm_jax.data.packing import bucket_for
 from longrm_jax.evaluation.batching import fit_buckets
-from longrm_jax.evaluation.estimate import prefill_flops
+from longrm_jax.evaluation.grm.estimate import prefill_flops
 from longrm_jax.evaluation.scoring import hf_pooled_index
 from longrm_jax.models.cache import KVCache
 from longrm_jax.ops.contract import PAD_POSITION, round_up

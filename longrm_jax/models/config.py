@@ -120,14 +120,14 @@ class ModelConfig:
     # unless XLA_FLAGS has --xla_gpu_enable_dynamic_slice_fusion=true --xla_gpu_enable_triton_gemm=false).
     # Off by default: with XLA's Triton matmuls the unrolled decode program compiled (and autotuned) every layer
     # separately, minutes at 8B. With cuBLAS (the decode flags) it compiles ~8 s longer than the scanned one and
-    # runs ~5% faster at batch 1: evaluation.generation.prepare_for_decoding turns it on with the decode kernel,
+    # runs ~5% faster at batch 1: evaluation.grm.generation.prepare_for_decoding turns it on with the decode kernel,
     # and the evaluator when the run is long enough to pay (evaluation.runner.unroll_decode_layers).
     unroll_cached_layers: bool = False
     attention_impl: str = "auto"
     # Attention of a decode step (one new token per row) over the KV cache: ``xla`` (two batched matmuls, any
     # backend and mesh) or ``pallas`` (ops.decode_attention: a Triton kernel reading the stacked cache in place;
     # one GPU, unsharded cache). The evaluator picks ``pallas`` on a single GPU
-    # (evaluation.generation.prepare_for_decoding). ``pallas_interpret``: the kernel in the Pallas interpreter.
+    # (evaluation.grm.generation.prepare_for_decoding). ``pallas_interpret``: the kernel in the Pallas interpreter.
     decode_attention: str = "xla"
     # Run ``attention_impl="splash"`` (TPU kernels) in the Pallas interpreter: tests of the TPU path on a CPU.
     attention_interpret: bool = False

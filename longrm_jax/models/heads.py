@@ -35,7 +35,7 @@ class _DecoderHead(nnx.Module):
 
     def replace_config(self, **changes) -> None:
         """Replace fields of this model's ``ModelConfig`` in place (the head's and the decoder's), e.g. the
-        inference-only settings of :func:`longrm_jax.evaluation.generation.prepare_for_decoding`."""
+        inference-only settings of :func:`longrm_jax.evaluation.grm.generation.prepare_for_decoding`."""
         cfg = self.config.replace(**changes)
         self.config = cfg
         self.model.config = cfg

@@ -31,7 +31,7 @@ from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
 from longrm_jax.evaluation.batching import pad_rows, plan_batches
-from longrm_jax.evaluation.decoding import Generation, letter_logprobs
+from longrm_jax.evaluation.grm.decoding import Generation, letter_logprobs
 from longrm_jax.evaluation.scoring import mesh_sizes
 from longrm_jax.models.layers import constrain
 from longrm_jax.ops.contract import PAD_POSITION
@@ -155,9 +155,9 @@ class GreedyGenerator:
     """Batched greedy generation with a preallocated KV cache; one compile per (rows, bucket) shape.
 
     Two schedules, same outputs: ``continuous=True`` (default on one device) keeps a fixed number of slots
-    busy, refilling a finished row with the next prompt (:mod:`longrm_jax.evaluation.continuous`), its slot
+    busy, refilling a finished row with the next prompt (:mod:`longrm_jax.evaluation.grm.continuous`), its slot
     count ``batch_size`` or, when that is None, chosen from the device's memory
-    (:func:`longrm_jax.evaluation.continuous.slots_from_memory`; ``memory_bytes`` overrides the device's
+    (:func:`longrm_jax.evaluation.grm.continuous.slots_from_memory`; ``memory_bytes`` overrides the device's
     limit); ``decode_chunk`` decode steps run per host round trip. ``continuous=False`` (and any mesh of
     more than one device) runs static batches of ``batch_size`` rows (4 when None) per length bucket, capped
     by ``max_batch_tokens``, each decoded until its last row is done.
@@ -222,16 +222,16 @@ class GreedyGenerator:
         """(slots of a continuous-batching pool of ``columns`` cache columns, why)."""
         if self.batch_size:
             return self.batch_size, f"--batch-size {self.batch_size}"
-        from longrm_jax.evaluation.continuous import memory_slots
+        from longrm_jax.evaluation.grm.continuous import memory_slots
 
         return memory_slots(self.model, columns, memory_bytes=self.memory_bytes)
 
     def slot_plan(self, lengths: Sequence[int]):
         """The continuous-batching pools that :meth:`generate` would run for prompts of ``lengths``
-        (:class:`longrm_jax.evaluation.slot_plan.Pool`, longest bucket first); None for static batches."""
+        (:class:`longrm_jax.evaluation.grm.slot_plan.Pool`, longest bucket first); None for static batches."""
         if not self.continuous:
             return None
-        from longrm_jax.evaluation.slot_plan import plan_pools
+        from longrm_jax.evaluation.grm.slot_plan import plan_pools
 
         return plan_pools(lengths, self.max_new_tokens, self._slots_for)
 
@@ -244,7 +244,7 @@ class GreedyGenerator:
         finishes (in completion order). This call's phase timings: ``self.timings``."""
         self.timings = {}  # this call's phases (the runner adds up calls)
         if self.continuous:
-            from longrm_jax.evaluation.continuous import continuous_generate
+            from longrm_jax.evaluation.grm.continuous import continuous_generate
 
             return continuous_generate(self, prompts, slots_for=self._slots_for, chunk=self.decode_chunk,
                                        progress=progress, desc=desc, budgets=budgets, timings=self.timings,

@@ -17,7 +17,7 @@ early when a row finishes while prompts are still waiting (so the slot is refill
 when every row is done. Prompts are grouped by length bucket (longest first): each bucket runs its own slot
 pool with ``S`` sized for it, so short prompts do not pay for the longest one's cache.
 
-Outputs are those of the static path (:class:`longrm_jax.evaluation.generation.GreedyGenerator`): the
+Outputs are those of the static path (:class:`longrm_jax.evaluation.grm.generation.GreedyGenerator`): the
 continuation without the stop token, per-token verdict-letter log-probs and whether a stop token ended it.
 """
 
@@ -35,8 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from longrm_jax.evaluation.decoding import Generation, letter_logprobs
-from longrm_jax.evaluation.slot_plan import (  # noqa: F401 - MEMORY_FRACTION, MAX_SLOTS: re-exported
+from longrm_jax.evaluation.grm.decoding import Generation, letter_logprobs
+from longrm_jax.evaluation.grm.slot_plan import (  # noqa: F401 - MEMORY_FRACTION, MAX_SLOTS: re-exported
     FALLBACK_SLOTS,
     MAX_SLOTS,
     MEMORY_FRACTION,
@@ -183,7 +183,7 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
                         on_result=None):
     """Greedy continuations of ``prompts`` with slot refilling; ``generator`` is the calling
     ``GreedyGenerator`` (model, ids, prefill), ``slots_for(total_columns)`` -> (slots of a pool, why), see
-    :func:`longrm_jax.evaluation.slot_plan.plan_pools`; the plan is logged once per call.
+    :func:`longrm_jax.evaluation.grm.slot_plan.plan_pools`; the plan is logged once per call.
 
     ``on_result(index, generation)``: called as each prompt finishes (the evaluator journals finished work).
 
@@ -319,7 +319,7 @@ def device_memory_bytes(device=None) -> int | None:
 
 def memory_plan(model, columns: int, memory_bytes: int) -> dict:
     """Byte budget of a slot pool of ``columns`` cache columns per slot on ``memory_bytes`` of memory
-    (:func:`longrm_jax.evaluation.slot_plan.plan_slots` with the model's parameter bytes)."""
+    (:func:`longrm_jax.evaluation.grm.slot_plan.plan_slots` with the model's parameter bytes)."""
     return plan_slots(model.config, param_bytes(model), columns, memory_bytes)
 
 

@@ -1,5 +1,5 @@
-"""What greedy decoding of a judge produces, shared by the static (``evaluation.generation``) and the
-continuous (``evaluation.continuous``) schedules: one prompt's ``Generation`` and the verdict-letter
+"""What greedy decoding of a judge produces, shared by the static (``evaluation.grm.generation``) and the
+continuous (``evaluation.grm.continuous``) schedules: one prompt's ``Generation`` and the verdict-letter
 log-probabilities read at every step."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """How many continuous-batching slots each length bucket gets, from the model's shapes and the device's memory.
 
 Pure arithmetic on a model config and byte counts (no device, no model): the evaluator plans its pools with it
-(:mod:`longrm_jax.evaluation.continuous`), the run estimate prices them (:mod:`longrm_jax.evaluation.estimate`),
+(:mod:`longrm_jax.evaluation.grm.continuous`), the run estimate prices them (:mod:`longrm_jax.evaluation.grm.estimate`),
 and a CPU test checks the plan of Qwen3-8B against an H100's and an H200's memory.
 
 Budget of a pool of ``columns`` cache columns per slot on ``memory_bytes`` (a device's ``bytes_limit``):

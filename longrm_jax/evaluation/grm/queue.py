@@ -3,7 +3,7 @@
 Judging task file by task file gives each length bucket of a file only that file's prompts: a 5-sample file
 holds one prompt per bucket, so every slot pool runs at batch 1. Here the judge prompts of every queued file
 (both orders with ``--both-orders``) go into one generator call, whose continuous batching groups them by
-length bucket, longest first (:mod:`longrm_jax.evaluation.continuous`): a bucket's slots fill with prompts of
+length bucket, longest first (:mod:`longrm_jax.evaluation.grm.continuous`): a bucket's slots fill with prompts of
 every task. The evaluator's ``--queue per-task`` calls :func:`judge_grm_files` once per file instead (the old
 schedule; same predictions).
 
@@ -27,10 +27,10 @@ from collections.abc import Sequence
 import jax
 from tqdm.auto import tqdm
 
-from longrm_jax.evaluation.continuous import param_bytes
+from longrm_jax.evaluation.grm.continuous import param_bytes
 from longrm_jax.evaluation.encoding import grm_prompt_ids, verdict_letter_token_ids
-from longrm_jax.evaluation.estimate import estimate_run
-from longrm_jax.evaluation.grm_generation import add_timings, make_generator, simulated_budgets
+from longrm_jax.evaluation.grm.estimate import estimate_run
+from longrm_jax.evaluation.grm.generator import add_timings, make_generator, simulated_budgets
 from longrm_jax.evaluation.judging import grm_prediction, judged_orders
 from longrm_jax.evaluation.samples import EvalSample
 

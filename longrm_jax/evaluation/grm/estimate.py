@@ -34,7 +34,7 @@ import heapq
 import math
 from collections.abc import Sequence
 
-from longrm_jax.evaluation.slot_plan import Pool, kv_cache_bytes
+from longrm_jax.evaluation.grm.slot_plan import Pool, kv_cache_bytes
 from longrm_jax.models.config import causal_squares, decoder_matmul_params
 from longrm_jax.parallel.topology import CHIPS
 
@@ -116,7 +116,7 @@ class RunEstimate:
 def estimate_run(config, weight_bytes: int, pools: Sequence[Pool], lengths: Sequence[int],
                  budgets: Sequence[int], device_kind: str, *, unrolled: bool = False) -> RunEstimate:
     """The estimate of generating ``budgets[i]`` tokens after prompts of ``lengths[i]`` tokens with the slot
-    ``pools`` of the run (:func:`longrm_jax.evaluation.slot_plan.plan_pools`)."""
+    ``pools`` of the run (:func:`longrm_jax.evaluation.grm.slot_plan.plan_pools`)."""
     rates = device_rates(device_kind)
     priced = rates or DEVICES[0]
     prompt_seconds = [0.0] * len(lengths)

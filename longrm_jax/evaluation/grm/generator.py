@@ -5,8 +5,8 @@ run's ``evaluation.runner.EvalConfig``."""
 from __future__ import annotations
 
 from longrm_jax.evaluation.encoding import stop_token_ids
-from longrm_jax.evaluation.generation import GreedyGenerator
-from longrm_jax.evaluation.simulated_lengths import judgement_lengths
+from longrm_jax.evaluation.grm.generation import GreedyGenerator
+from longrm_jax.evaluation.grm.simulated_lengths import judgement_lengths
 
 
 def make_generator(cfg, model, tokenizer, mesh, letter_ids=()):
