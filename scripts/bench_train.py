@@ -26,7 +26,7 @@ holding whole groups, with segment ids) it times training steps with random weig
   device; the default `--mesh seq` trains one pair over all devices by the ring), and the table sets the two
   against each other per GPU ("ours / peer per GPU"). On a GPU machine a JAX run of n devices sees the first n.
   On 4 GPUs: `python scripts/bench_train.py --models qwen3_8b --stages simpo --lengths 8192 --full-params
-  --devices 1,4 --mesh fsdp --peer-gpus 1,4` (scripts/device/callT_fsdp2_peer_x4.sh runs the 4-GPU pair first).
+  --devices 1,4 --mesh fsdp --peer-gpus 1,4` (`bash scripts/device/run.sh fsdp2_peer_node` runs the 4-GPU pair first).
 It prints tokens/s, MFU (docs/flops.md: FLOPs = 6 N_matmul + 6 L H d S per token, 4 N for LoRA's frozen weights, 989 TFLOP/s peak per
 H100/H200) and peak memory, as a table, and appends the table to docs/benchmarks.md (`--no-record`: print only;
 with --smoke only to a file named by --benchmarks-md). `--json` keeps every figure, `--plot` draws tokens/s and MFU against pair length, ours

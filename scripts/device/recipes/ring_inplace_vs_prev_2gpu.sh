@@ -1,9 +1,10 @@
-# Call AA (issue 40, kind nvidia-h100-x2): the ring's in-place zigzag blocks (two c x c calls per off-diagonal block,
+# The ring's in-place zigzag blocks against the previous ring (.prev/), 2 x 64K over mesh.seq=2.
+# Was call AA (issue 40, kind nvidia-h100-x2): the ring's in-place zigzag blocks (two c x c calls per off-diagonal block,
 # accumulators updated in place; commit after edc3fc2) against the previous ring (half-size calls padded to full
 # size under lax.cond), on the same 2 GPUs: one 2 x 64K pair over mesh.seq=2 (each GPU 64K tokens: the per-GPU
 # load and c = 16K of the 2 x 128K pair over seq=4), Qwen3-8B SimPO, bf16, remat save_attention_out, 3 steps each.
 # The previous ring is a copy of longrm_jax at edc3fc2 in .prev/ (git-excluded; carry it with .whl).
-# Run: bash scripts/device/callAA_ring_inplace_x2.sh   (ORDER="new old" by default)
+# Run: bash scripts/device/run.sh ring_inplace_vs_prev_2gpu   (ORDER="new old" by default)
 source scripts/device/common.sh
 BASE=(--set model.preset=qwen3_8b --set model.param_dtype=bfloat16 --set model.remat=save_attention_out
       --set data.num_train=64 --set mesh.seq=2)

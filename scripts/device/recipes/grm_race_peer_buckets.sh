@@ -1,8 +1,9 @@
-# Call E (issue 31): the transformers peer of the GRM race on the buckets up to 24,576 tokens, with the slot
+# The transformers peer of the GRM race on the buckets up to 24,576 tokens (SMOKE=1: tiny, on CPU).
+# Was call E (issue 31): the transformers peer of the GRM race on the buckets up to 24,576 tokens, with the slot
 # plan ours logged in session 11 (`--benchmark --kinds grm --samples 112 --length-scale 0.25 --max-new-tokens
 # 512`); its 49,152-token bucket (323.7 s) was measured then. Same data (seed 0) and random Qwen3-8B weights
-# written by the bench's own helpers. Run: bash scripts/device/callE_grm_peer_buckets.sh (SMOKE=1: tiny, CPU)
-if [ -z "$SMOKE" ]; then source scripts/device/common.sh; PY=python3; else PY=python; OUT=${OUT:-/tmp/callE}; mkdir -p $OUT; fi
+# written by the bench's own helpers. Run: bash scripts/device/run.sh grm_race_peer_buckets (SMOKE=1: tiny, CPU)
+if [ -z "$SMOKE" ]; then source scripts/device/common.sh; PY=python3; else PY=python; OUT=${OUT:-/tmp/grm_race_peer_buckets}; mkdir -p $OUT; fi
 W=/tmp/be; rm -rf $W; mkdir -p $W
 $PY - <<PYEOF || exit 1
 import argparse, sys, time

@@ -1,10 +1,11 @@
-# Call S (issue 40 item 4, kind nvidia-h100-x4): evaluation on one GPU against one replica per GPU, the same
+# Evaluation on one GPU against one replica per GPU (--replicas auto), GRM and DisRM (KINDS).
+# Was call S (issue 40 item 4, kind nvidia-h100-x4): evaluation on one GPU against one replica per GPU, the same
 # prompts, the same machine. `python scripts/bench_eval.py --benchmark --no-peer` runs `python -m
 # longrm_jax.evaluate` as a user would: with CUDA_VISIBLE_DEVICES=0 one process; with the 4 GPUs visible
 # `--replicas auto` starts one replica per GPU. KINDS picks (default "grm disrm"); each kind runs 4 GPUs first,
 # then one, while the call has time (BUDGET_S). GRM: 112 samples, contexts 1K-32K (--length-scale 0.25),
 # judgements up to 512 tokens (session 14's race); DisRM: 140 samples, --share-prompt.
-# Run: bash scripts/device/callS_eval_node_x4.sh
+# Run: bash scripts/device/run.sh eval_replicas_node
 source scripts/device/common.sh
 OUTF=$OUT; W=/tmp/w; mkdir -p $W; OUT=$W
 START=$(date +%s); BUDGET_S=${BUDGET_S:-560}
@@ -19,7 +20,7 @@ race() {  # race NAME GPUS NEED_S KIND bench args...
   grep -E "^\| ours|replica|samples/h" $W/$name.log | tail -6 | cut -c1-400 | tee -a $W/summary.txt
   cp /tmp/b$kind/out-$kind/timings.json $W/$name.timings.json 2>/dev/null
   for r in /tmp/b$kind/out-$kind/replicas/r*; do [ -d $r ] && cp $r/evaluate.log $W/$name.$(basename $r).log; done
-  tar czf $OUTF/callS.tgz -C $W .
+  tar czf $OUTF/eval_replicas_node.tgz -C $W .
 }
 GRM=(--samples 112 --length-scale 0.25 --max-new-tokens 512)
 DISRM=(--samples 140 --length-scale 0.25)
@@ -29,4 +30,4 @@ for kind in ${KINDS:-grm disrm}; do
     disrm) race disrm4 0,1,2,3 110 disrm "${DISRM[@]}"; race disrm1 0 130 disrm "${DISRM[@]}" ;;
   esac
 done
-echo "=== total $(( $(date +%s) - START )) s" | tee -a $W/summary.txt; cp $W/summary.txt $OUTF/; tar czf $OUTF/callS.tgz -C $W .
+echo "=== total $(( $(date +%s) - START )) s" | tee -a $W/summary.txt; cp $W/summary.txt $OUTF/; tar czf $OUTF/eval_replicas_node.tgz -C $W .

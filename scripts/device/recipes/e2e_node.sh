@@ -1,10 +1,11 @@
-# Call W (issue 40 item 6, kind nvidia-h100-x4): scripts/e2e_gpu.py on the 4-GPU node, through the user's commands:
+# scripts/e2e_gpu.py on DEVICES GPUs (default 4): HF in, train, SIGKILL, --resume, export, evaluate.
+# Was call W (issue 40 item 6, kind nvidia-h100-x4): scripts/e2e_gpu.py on the 4-GPU node, through the user's commands:
 # HF checkpoint (random Qwen3-8B in /dev/shm) -> python -m longrm_jax.train with the shipped SimPO config, one
 # 2 x L pair per step over mesh.seq=4 (ring attention; L=65536: 131,072 tokens a step, the shipped rows' size), a
 # checkpoint every step, SIGKILL after the first -> --resume -> python -m longrm_jax.export -> python -m
 # longrm_jax.evaluate with --replicas 4 (one per GPU). The persistent compilation cache (compilation_cache) lets the
 # resumed process reuse the killed one's compiled step. Phase table and logs in $OUT (e2e.log as it goes).
-# Run: bash scripts/device/callW_e2e_x4.sh   (L=32768 EVAL_SAMPLES=1 for a shorter chain: at 2 x 64K on 4 x H100 the
+# Run: bash scripts/device/run.sh e2e_node   (L=32768 EVAL_SAMPLES=1 for a shorter chain: at 2 x 64K on 4 x H100 the
 # chain reached its evaluation after 530 s and was cut there, session 20). DEVICES=2 runs it on 2 GPUs; W=/dev/shm/e2e
 # puts the training checkpoints in RAM (the lent machines' disks write ~0.85 GB/s: ~55 s per 48 GB save).
 source scripts/device/common.sh
@@ -18,4 +19,4 @@ echo "rc=$?" | tee -a $OUT/summary.txt
 kill $MON 2>/dev/null
 awk -F'host_used_GiB=' '{split($2,a," "); if (a[1]+0>m) m=a[1]+0} END {print "max host used GiB (free -g):", m}' $OUT/e2e_x4.mon | tee -a $OUT/summary.txt
 grep -hE "^step |tokens/s|MFU|resumed" $W/train.log $W/resume.log 2>/dev/null | cut -c1-300 | tee -a $OUT/summary.txt
-tar czf $OUT/callW.tgz -C $W --ignore-failed-read $(cd $W && ls *.log phases.json run/metrics.jsonl run/memory_plan.json eval/results.csv eval/*.json 2>/dev/null)
+tar czf $OUT/e2e_node.tgz -C $W --ignore-failed-read $(cd $W && ls *.log phases.json run/metrics.jsonl run/memory_plan.json eval/results.csv eval/*.json 2>/dev/null)

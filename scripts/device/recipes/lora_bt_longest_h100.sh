@@ -1,5 +1,6 @@
-# Call A (issue 30 item 1): the longest LoRA BT pair on one H100. 2 x 192K first; if it fails within 200 s
-# (plan refusal, host cap), 2 x 160K in the same call. ~9 min at most. Run: bash scripts/device/callA_lora_longest.sh
+# Longest Llama-3.1-8B BT LoRA pair on one H100: 2 x 192K, falling back to 2 x 160K.
+# Was call A (issue 30 item 1): the longest LoRA BT pair on one H100. 2 x 192K first; if it fails within 200 s
+# (plan refusal, host cap), 2 x 160K in the same call. ~9 min at most. Run: bash scripts/device/run.sh lora_bt_longest_h100
 source scripts/device/common.sh
 W=/tmp/w; mkdir -p $W; OUTF=$OUT; OUT=$W
 LORA=(--set model.preset=llama31_8b --set lora.base_dtype=bfloat16 --set model.remat=offload_layer_inputs
@@ -9,5 +10,5 @@ run_train lora_bt_2x192k 540 configs/llama31_8b_disrm_bt.yaml 196608 "${LORA[@]}
 if ! grep -q "rc=0" <(tail -12 $W/summary.txt) && (( SECONDS - t0 < 200 )); then
   run_train lora_bt_2x160k $((560 - (SECONDS - t0))) configs/llama31_8b_disrm_bt.yaml 163840 "${LORA[@]}"
 fi
-cp $W/summary.txt $W/commands.txt $OUTF/; tar czf $OUTF/callA.tgz -C $W .
+cp $W/summary.txt $W/commands.txt $OUTF/; tar czf $OUTF/lora_bt_longest_h100.tgz -C $W .
 cat $OUTF/summary.txt

@@ -1,11 +1,12 @@
-# Call K (H200, issue 31): the races the H100 ran in session 13, on an H200, each part one 10-minute call.
+# Issue 31's evaluation races on an H200, one part per call (PART=disrm, grm or peer).
+# Was call K (H200, issue 31): the races the H100 ran in session 13, on an H200, each part one 10-minute call.
 #   PART=disrm  the DisRM race, ours and the transformers peer in one process (SAMPLES, default 140: ours
 #               ~95 s + peer ~150 s on an H200 at session 14's rates; 280 did not fit one call there).
 #   PART=grm    ours alone on the GRM race of session 13 (112 samples, contexts 1K-32K, judgements up to 512
 #               tokens); prints ours' slot plan as PLAN=... for the peer parts.
 #   PART=peer   the transformers peer on the buckets MINLEN..MAXLEN of the same data (seed 0: the same prompts),
 #               with ours' slot plan PLAN (JSON: bucket -> rows), e.g.
-#               PART=peer PLAN='{"49152": 6, ...}' MINLEN=49152 bash scripts/device/callK_h200_races.sh
+#               PART=peer PLAN='{"49152": 6, ...}' MINLEN=49152 bash scripts/device/run.sh eval_races_h200
 # The peer's per-batch times are printed ([peer] lines); buckets left out are named, to be added from their call.
 source scripts/device/common.sh
 PART=${PART:?PART=disrm, grm or peer}

@@ -1,4 +1,5 @@
-# Call AB (kind nvidia-h100-x1; issue 43), one GPU: Gemma 3's sliding window on cuDNN, and the Gemma 3 12B
+# 1 GPU: Gemma 3's sliding window on cuDNN, and the Gemma 3 12B BT-LoRA config at 2 x 32K.
+# Was call AB (kind nvidia-h100-x1; issue 43), one GPU: Gemma 3's sliding window on cuDNN, and the Gemma 3 12B
 # BT-LoRA config on one GPU.
 #   window  scripts/bench_attention.py at Gemma 3 12B's attention shape (16 q / 8 kv heads of 256), 32K tokens:
 #           cuDNN and XLA with the 1024-token window (checked against the fp32 windowed reference), then cuDNN
@@ -6,7 +7,7 @@
 #   shipped configs/gemma3_12b_disrm_bt.yaml as shipped (fp32 base, LoRA r=8, offload_layer_inputs, 8K MLP
 #           tiles), random weights, synthetic 2 x 32K pairs (rows layout), 3 steps.
 #   auto    the same with model.remat=auto.
-# Run: bash scripts/device/callAB_x1_gemma3.sh   (PARTS="window shipped auto")
+# Run: bash scripts/device/run.sh gemma3_window_and_lora   (PARTS="window shipped auto")
 source scripts/device/common.sh
 START=$(date +%s); PARTS=${PARTS:-"window shipped auto"}; L=${L:-32768}
 SHAPE=(--heads 16 --kv-heads 8 --head-dim 256 --lengths 32768 --no-record)

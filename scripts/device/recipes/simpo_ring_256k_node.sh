@@ -1,10 +1,11 @@
-# Call N (ring attention on real GPUs): Qwen3-8B full-parameter SimPO on a 2 x 256K pair over four H100s, the
+# Qwen3-8B full-parameter SimPO at 2 x 256K over 4 GPUs (mesh.seq=4 ring attention), moments on the host.
+# Was call N (ring attention on real GPUs): Qwen3-8B full-parameter SimPO on a 2 x 256K pair over four H100s, the
 # sequence split over them (mesh.seq=4: ring attention with pallas blocks), remat full and the MLP in 8,192-token
 # tiles. Compiled for h100x4 (README, "GPU meshes, compiled, not run"): 69.7 GiB per GPU, 91.9 s per step at 40%
 # MFU; the first call (session 17) was refused by the plan on the GPUs themselves, 72.12 GiB against 71.22, so
 # the AdamW moments (7.6 GiB per GPU) go to pinned host memory (optim.offload_state). Upstream trains one 128K row
 # on a ring of 8 GPUs. Two steps.
-# Run (kind nvidia-h100-x4): bash scripts/device/callN_simpo_256k_h100x4.sh
+# Run (kind nvidia-h100-x4): bash scripts/device/run.sh simpo_ring_256k_node
 source scripts/device/common.sh
 W=/tmp/w; mkdir -p $W; OUTF=$OUT; OUT=$W
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
@@ -12,5 +13,5 @@ env | grep -E "^NCCL_NVLS_ENABLE|^TORCH_SYMM|^NVSHMEM_DISABLE" | tee $W/nccl_env
 RING=(--set model.preset=qwen3_8b --set model.param_dtype=bfloat16 --set model.remat=full --set model.mlp_chunk_tokens=8192
       --set mesh.seq=4 --set optim.offload_state=true)
 STEPS=${STEPS:-2} run_train simpo_full_2x256k_h100x4 560 configs/qwen3_8b_grm_simpo.yaml 262144 "${RING[@]}"
-cp $W/summary.txt $W/commands.txt $OUTF/; tar czf $OUTF/callN.tgz -C $W .
+cp $W/summary.txt $W/commands.txt $OUTF/; tar czf $OUTF/simpo_ring_256k_node.tgz -C $W .
 cat $OUTF/summary.txt

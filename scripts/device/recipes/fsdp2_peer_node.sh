@@ -1,4 +1,5 @@
-# Call T (issue 40 item 7, kind nvidia-h100-x4): ours against the PyTorch peer on a node, per GPU, same machine,
+# Ours mesh.fsdp=4 against the PyTorch FSDP2 peer on 4 GPUs (part 1), one-GPU baselines (part 2).
+# Was call T (issue 40 item 7, kind nvidia-h100-x4): ours against the PyTorch peer on a node, per GPU, same machine,
 # same pairs per GPU. Qwen3-8B shapes, random weights, full parameters, rows layout, remat auto, a pair per GPU:
 #   part 1  ours mesh.fsdp=4 (4 pairs a step) and the peer on 4 GPUs (one process per GPU started by
 #           bench_train.py: FSDP2 fully_shard per decoder layer + root, SDPA, activation checkpointing, bf16
@@ -11,9 +12,9 @@
 # STAGE=bt defaults to 2 x 32K on H200 (peer 77.1 GiB there, the one-GPU 1.33x point) and 2 x 16K on H100 (70.6).
 # Each part is one `scripts/bench_train.py` invocation (one step + 1 warm-up untimed, 2 timed, medians) under its
 # own `timeout`; the call ends within BUDGET_S (default 450 s). Rows are appended to $OUT/rows.jsonl as they finish
-# and every table to $OUT/bench.md; everything is packed into $OUT/callT.tgz as it goes (a cut-off call keeps
+# and every table to $OUT/bench.md; everything is packed into $OUT/fsdp2_peer_node.tgz as it goes (a cut-off call keeps
 # what finished).
-# Run: bash scripts/device/callT_fsdp2_peer_x4.sh      (STAGE=bt L=32768 BUDGET_S=450 PARTS="1 2" to override)
+# Run: bash scripts/device/run.sh fsdp2_peer_node      (STAGE=bt L=32768 BUDGET_S=450 PARTS="1 2" to override)
 source scripts/device/common.sh
 OUTF=$OUT; W=${W:-/tmp/w}; mkdir -p $W; OUT=$W
 START=$(date +%s); BUDGET_S=${BUDGET_S:-450}; PARTS=${PARTS:-"1 2"}; STAGE=${STAGE:-simpo}
@@ -41,7 +42,7 @@ part() {  # part NAME MIN_S MAX_S bench_train flags...: run it if MIN_S are left
   kill $mon 2>/dev/null; wait $mon 2>/dev/null
   echo "rc=$rc ($(( $(date +%s) - START )) s into the call)" | tee -a $W/summary.txt
   grep -E "^\| |^Longest|skipped|Error|Traceback" $W/$name.log | cut -c1-400 | tee -a $W/summary.txt
-  tar czf $OUTF/callT.tgz -C $W .
+  tar czf $OUTF/fsdp2_peer_node.tgz -C $W .
 }
 for p in $PARTS; do
   case $p in
@@ -50,4 +51,4 @@ for p in $PARTS; do
   esac
 done
 echo "=== total $(( $(date +%s) - START )) s" | tee -a $W/summary.txt
-tar czf $OUTF/callT.tgz -C $W .; cp $W/summary.txt $W/bench.md $W/rows.jsonl $OUTF/ 2>/dev/null; cat $W/summary.txt
+tar czf $OUTF/fsdp2_peer_node.tgz -C $W .; cp $W/summary.txt $W/bench.md $W/rows.jsonl $OUTF/ 2>/dev/null; cat $W/summary.txt

@@ -1,4 +1,5 @@
-# Call M (a new user's chain on the GPU most users have): scripts/e2e_gpu.py on one H100 80 GB, one model per call
+# scripts/e2e_gpu.py on one H100 (HF in, train, SIGKILL, --resume, export, evaluate), PART=qwen or llama.
+# Was call M (a new user's chain on the GPU most users have): scripts/e2e_gpu.py on one H100 80 GB, one model per call
 # (each took 475-536 s on an H200, session 5): HF checkpoint -> python -m longrm_jax.train (SIGKILL after the
 # first checkpoint) -> --resume -> python -m longrm_jax.export -> python -m longrm_jax.evaluate, 2 x 32K pairs.
 # PART=qwen: Qwen3-8B SimPO, full parameters, with the H100's full-parameter recipe (README, settings by length:
@@ -6,7 +7,7 @@
 # PART=llama: Llama-3.1-8B BT with the shipped LoRA (bf16 base), remat full.
 # Ran in session 17 (docs/benchmarks.md): llama 334.8 s; qwen killed by the host's OOM killer during step 2 of
 # the first run (an asynchronous save beside the pinned state), then 505.2 s once saves of such steps were synchronous.
-# Run: PART=qwen bash scripts/device/callM_e2e_h100.sh   (then PART=llama)
+# Run: PART=qwen bash scripts/device/run.sh e2e_h100   (then PART=llama)
 source scripts/device/common.sh
 case ${PART:-qwen} in
   qwen) ARGS=(--model qwen3_8b --scratch /dev/shm --set model.remat=offload_layer_inputs --set model.mlp_chunk_tokens=8192
@@ -23,5 +24,5 @@ echo "rc=$?" | tee -a $OUT/summary.txt
 kill $MON 2>/dev/null
 awk -F'host_used_GiB=' '{split($2,a," "); if (a[1]+0>m) m=a[1]+0} END {print "max host used GiB (free -g):", m}' $OUT/e2e_${PART:-qwen}.mon | tee -a $OUT/summary.txt
 # The device tool brings back a handful of files: everything else goes in one archive.
-tar czf $OUT/callM_${PART:-qwen}.tgz -C $W --ignore-failed-read $(cd $W && ls *.log phases.json run/metrics.jsonl \
+tar czf $OUT/e2e_h100_${PART:-qwen}.tgz -C $W --ignore-failed-read $(cd $W && ls *.log phases.json run/metrics.jsonl \
   run/memory_plan.json eval/results.csv 2>/dev/null)

@@ -1,4 +1,5 @@
-# Call P (issue 40, kind nvidia-h100-x4): where a 4-GPU step loses time against one GPU of the same machine.
+# 4-GPU steps against one GPU of the same machine, Qwen3-8B SimPO, each profiled (RUNS picks).
+# Was call P (issue 40, kind nvidia-h100-x4): where a 4-GPU step loses time against one GPU of the same machine.
 # Qwen3-8B full-parameter SimPO (random weights, synthetic pairs, rows layout), remat auto, three steps each,
 # step 3 profiled and summarised on the machine (scripts/profile_summary.py). RUNS picks, in order, from:
 #   1gpu   GPU 0 alone (CUDA_VISIBLE_DEVICES=0), one 2 x 32K pair: the baseline of this machine, this call;
@@ -10,9 +11,9 @@
 #   ring4  mesh.seq=4, one 2 x 128K pair (ring attention); ring4f the same with the overlap flags.
 # EXTRA_SETS (optional, word-split) is appended to every run's overrides, e.g. "--set model.remat=save_attention_out"
 # (what auto picks for these runs) to skip remat=auto's candidate compiles.
-# A run starts only while the call has time for it (BUDGET_S); everything is packed into $OUT/callP.tgz as it
+# A run starts only while the call has time for it (BUDGET_S); everything is packed into $OUT/node_scaling.tgz as it
 # goes, so a call cut off still returns the runs that finished.
-# Run: RUNS="1gpu fsdp4 ring4" bash scripts/device/callP_node_scaling_x4.sh
+# Run: RUNS="1gpu fsdp4 ring4" bash scripts/device/run.sh node_scaling
 source scripts/device/common.sh
 OUTF=$OUT; W=${W:-/tmp/w}; mkdir -p $W; OUT=$W
 START=$(date +%s); BUDGET_S=${BUDGET_S:-540}; RUNS=${RUNS:-"1gpu fsdp4 data4 fsdp4f"}
@@ -39,7 +40,7 @@ one() {  # one NAME LIMIT_S L [--set ...]: run it if the call has LIMIT_S left, 
   # the trace itself (its critical path, in TensorBoard / xprof), compressed, as its own file outside the tarball:
   # if it is over what the device tool brings back, only it is left out
   find /tmp/runs/$name/profile -name "*.xplane.pb" -size -400M -exec gzip -c {} \; > $OUTF/$name.xplane.pb.gz 2>/dev/null
-  tar czf $OUTF/callP.tgz -C $W .
+  tar czf $OUTF/node_scaling.tgz -C $W .
 }
 for run in $RUNS; do
   case $run in

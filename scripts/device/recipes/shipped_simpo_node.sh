@@ -1,4 +1,5 @@
-# Call X (issue 40, kind nvidia-h100-x4): the shipped SimPO config on the node beside one GPU of the same machine,
+# The shipped SimPO config (mesh: auto) on all GPUs and on GPU 0 alone, profiled (PARTS).
+# Was call X (issue 40, kind nvidia-h100-x4): the shipped SimPO config on the node beside one GPU of the same machine,
 # as a user runs it: `python -m longrm_jax.train --config configs/qwen3_8b_grm_simpo.yaml` with synthetic pairs
 # (random Qwen3-8B weights, no tokenizer, packed rows of 128,000 tokens, `mesh: auto`, the config's fp32 weights
 # and moments) and only what a benchmark must change: 3 steps of one micro step each (grad_accum 1: a shipped
@@ -10,8 +11,8 @@
 #             a copy in .prev/, git-excluded: `git archive aa378ed^ longrm_jax | tar x -C .prev`, carried with .whl):
 #             the same-machine comparison for that change.
 # On a machine of N GPUs the all-GPU parts are named shippedN / prevN (session 23: 2 x H200).
-# PARTS picks (default "shippedN shipped1"); everything lands in $OUT/callX.tgz as it goes, the traces beside it.
-# Run: bash scripts/device/callX_shipped_x4.sh
+# PARTS picks (default "shippedN shipped1"); everything lands in $OUT/shipped_simpo_node.tgz as it goes, the traces beside it.
+# Run: bash scripts/device/run.sh shipped_simpo_node
 source scripts/device/common.sh
 OUTF=$OUT; W=/tmp/wx; mkdir -p $W; START=$(date +%s); BUDGET_S=${BUDGET_S:-580}; PARTS=${PARTS:-"shippedN shipped1"}
 N=$(nvidia-smi -L | wc -l)
@@ -35,7 +36,7 @@ one() {  # one NAME LIMIT_S [--set ...]
   python3 scripts/profile_summary.py /tmp/runs/$name/profile --top 25 --json $W/$name.profile.json > $W/$name.profile.txt 2>&1
   grep -E "span|exposed" $W/$name.profile.txt | head -8 | tee -a $W/summary.txt
   find /tmp/runs/$name/profile -name "*.xplane.pb" -size -400M -exec gzip -c {} \; > $OUTF/$name.xplane.pb.gz 2>/dev/null
-  tar czf $OUTF/callX.tgz -C $W .
+  tar czf $OUTF/shipped_simpo_node.tgz -C $W .
 }
 for p in $PARTS; do
   case $p in
@@ -45,4 +46,4 @@ for p in $PARTS; do
     shipped1) CUDA_VISIBLE_DEVICES=0 one shipped1 300 --set model.remat=auto --set optim.offload_state=true ;;
   esac
 done
-cp $W/summary.txt $OUTF/; tar czf $OUTF/callX.tgz -C $W .; cat $W/summary.txt
+cp $W/summary.txt $OUTF/; tar czf $OUTF/shipped_simpo_node.tgz -C $W .; cat $W/summary.txt

@@ -1,7 +1,8 @@
-# Call G (H200): issue 30's "nothing got slower" check (Qwen3-8B BT 2 x 32K, full parameters, with the PyTorch
+# H200: Qwen3-8B BT 2 x 32K with the PyTorch peer (PART=bt), GRM evaluation at full contexts (PART=grm).
+# Was call G (H200): issue 30's "nothing got slower" check (Qwen3-8B BT 2 x 32K, full parameters, with the PyTorch
 # peer, as session 4's row: 49.5% MFU), then issue 31's GRM evaluation at full context lengths (4K-128K,
 # judgements up to 2,048 tokens) on SAMPLES samples, ours only, for the full-size extrapolation.
-# Run: bash scripts/device/callG_h200_bt32k_grm.sh  (PART=bt or PART=grm for one half)
+# Run: bash scripts/device/run.sh bt32k_peer_grm_full_context  (PART=bt or PART=grm for one half)
 source scripts/device/common.sh
 PART=${PART:-both}
 if [ "$PART" != grm ]; then

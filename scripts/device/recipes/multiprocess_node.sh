@@ -1,4 +1,5 @@
-# Call Q (issue 40, kind nvidia-h100-x4): one process per GPU, started as a cluster starts them, against one
+# One process per GPU (launch -n 4, SIGKILL, --resume, export) against one process; losses compared.
+# Was call Q (issue 40, kind nvidia-h100-x4): one process per GPU, started as a cluster starts them, against one
 # process driving the same four GPUs; then the ring step with the collective-overlap flags.
 #   mp1     one process, 4 GPUs: Qwen3-8B shapes cut to 4 layers (random weights, fp32 master weights, bf16
 #           compute), SimPO 4 pairs of 2 x 4K, mesh data 2 x fsdp 2, 6 steps;
@@ -6,7 +7,7 @@
 #           JAX_PROCESS_ID / JAX_LOCAL_DEVICE_IDS, one GPU per process), checkpoint every 3 steps, every process
 #           SIGKILLed once step 4 is logged;
 #   mp4r    `--resume` of mp4 to step 6; then `python -m longrm_jax.export` of its checkpoint (one HF directory);
-#   ring4f  (if time is left) RUNS=ring4 of callP with the overlap flags exported.
+#   ring4f  (if time is left) RUNS=ring4 of node_scaling with the overlap flags exported.
 # The losses of mp1 and mp4 + mp4r are compared step by step (scripts/device/compare_losses.py).
 source scripts/device/common.sh
 OUTF=$OUT; W=/tmp/w; mkdir -p $W; OUT=$W
@@ -37,10 +38,10 @@ cp /tmp/runs/mp4/metrics.jsonl $W/mp4r.metrics.jsonl
 timeout -s KILL 120 python3 -m longrm_jax.export --checkpoint /tmp/runs/mp4/checkpoints --out /tmp/runs/mp4_hf \
   > $W/export.log 2>&1; echo "export rc=$? $(ls /tmp/runs/mp4_hf | tr '\n' ' ')" | tee -a $W/summary.txt; T "export done"
 python3 scripts/device/compare_losses.py $W/mp1.metrics.jsonl $W/mp4r.metrics.jsonl | tee -a $W/summary.txt
-tar czf $OUTF/callQ.tgz -C $W .
+tar czf $OUTF/multiprocess_node.tgz -C $W .
 LEFT=$(( ${BUDGET_S:-540} - ($(date +%s) - START) ))
 if [ $LEFT -gt 260 ]; then
-  OUT=$OUTF RUNS=ring4f BUDGET_S=$LEFT bash scripts/device/callP_node_scaling_x4.sh > $W/ring4f.txt 2>&1
+  OUT=$OUTF RUNS=ring4f BUDGET_S=$LEFT bash scripts/device/run.sh node_scaling > $W/ring4f.txt 2>&1
   tail -5 $W/ring4f.txt | tee -a $W/summary.txt
 fi
-cp $W/summary.txt $OUTF/; tar czf $OUTF/callQ.tgz -C $W .; cat $W/summary.txt
+cp $W/summary.txt $OUTF/; tar czf $OUTF/multiprocess_node.tgz -C $W .; cat $W/summary.txt

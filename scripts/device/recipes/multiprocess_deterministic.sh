@@ -1,7 +1,8 @@
-# Call R (issue 40, kind nvidia-h100-x4, or N=2 on nvidia-h100-x2): call Q's comparison made deterministic. One
+# multiprocess_node's comparison in fp32 with XLA's deterministic ops (N=4, or N=2 on 2 GPUs).
+# Was call R (issue 40, kind nvidia-h100-x4, or N=2 on nvidia-h100-x2): multiprocess_node's comparison made deterministic. One
 # process driving N GPUs against `python -m longrm_jax.launch -n N train` (one GPU per process), 3 steps, fp32 compute (the XLA
 # attention) and XLA's deterministic ops, so any difference left is the launch's, not GPU rounding noise
-# (call Q, bf16 compute: steps 1-2 equal, later steps within the 1.5e-3 that two runs of one launch differ by).
+# (multiprocess_node, bf16 compute: steps 1-2 equal, later steps within the 1.5e-3 that two runs of one launch differ by).
 source scripts/device/common.sh
 OUTF=$OUT; W=/tmp/w; mkdir -p $W; N=${N:-4}
 export XLA_FLAGS="--xla_gpu_deterministic_ops=true"
@@ -19,4 +20,4 @@ timeout -s KILL 110 python3 -m longrm_jax.launch -n $N train --config configs/qw
 cp /tmp/runs/fp1/metrics.jsonl $W/fp1.metrics.jsonl; cp /tmp/runs/fp4/metrics.jsonl $W/fp4.metrics.jsonl
 python3 scripts/device/compare_losses.py $W/fp1.metrics.jsonl $W/fp4.metrics.jsonl | tee -a $W/summary.txt
 grep -h "grad_norm" $W/fp1.log $W/fp4.log | tail -6 | tee -a $W/summary.txt
-tar czf $OUTF/callR.tgz -C $W .
+tar czf $OUTF/multiprocess_deterministic.tgz -C $W .

@@ -1,11 +1,12 @@
-# Call Y (issue 40, kind nvidia-h100-x2; the 4-GPU kinds were not lent in session 21): two diagnoses on 2 GPUs.
+# 2 GPUs: the ring's zigzag block shapes timed (diag), e2e_node's chain at 2 x 32K (e2e).
+# Was call Y (issue 40, kind nvidia-h100-x2; the 4-GPU kinds were not lent in session 21): two diagnoses on 2 GPUs.
 #   diag  scripts/device/diag_ring_blocks.py: the ring's two zigzag off-diagonal block shapes (q 2c x kv c on the
 #         last ring device, q c x kv 2c on the first) timed forward and backward on each GPU, c = 16K (the 2 x 128K
 #         pair over seq=4). Session 20's profile found GPU 0's attention 1.6 s slower than GPU 3's.
-#   e2e   callW's chain (scripts/e2e_gpu.py: HF in, train, SIGKILL, --resume, export, evaluate) over 2 GPUs, 2 x 32K,
+#   e2e   e2e_node's chain (scripts/e2e_gpu.py: HF in, train, SIGKILL, --resume, export, evaluate) over 2 GPUs, 2 x 32K,
 #         training checkpoints in /dev/shm, one evaluation sample per task: the evaluation stage on several GPUs
 #         never completed before (session 20 cut it at 580 s).
-# Run: bash scripts/device/callY_x2.sh   (PARTS="diag e2e")
+# Run: bash scripts/device/run.sh ring_blocks_and_e2e_2gpu   (PARTS="diag e2e")
 source scripts/device/common.sh
 START=$(date +%s); PARTS=${PARTS:-"diag e2e"}
 for p in $PARTS; do
@@ -14,7 +15,7 @@ for p in $PARTS; do
     e2e) mkdir -p $OUT/e2e; SHM=$(df -BG --output=avail /dev/shm | tail -1 | tr -dc 0-9); echo "/dev/shm ${SHM} GiB free"
          WD=/dev/shm/e2e; [ "${SHM:-0}" -lt 130 ] && WD=/tmp/e2e
          OUT=$OUT/e2e W=$WD DEVICES=2 L=${L:-32768} EVAL_SAMPLES=1 \
-           E2E_S=$(( ${BUDGET_S:-570} - ($(date +%s) - START) )) bash scripts/device/callW_e2e_x4.sh > $OUT/e2e.txt 2>&1
+           E2E_S=$(( ${BUDGET_S:-570} - ($(date +%s) - START) )) bash scripts/device/run.sh e2e_node > $OUT/e2e.txt 2>&1
          tail -30 $OUT/e2e.txt ;;
   esac
   echo "$p done at $(( $(date +%s) - START )) s"
