@@ -7,7 +7,8 @@ import pytest
 
 from longrm_jax.evaluation.compile_only import counted_flops
 from longrm_jax.evaluation.grm.estimate import prefill_flops
-from longrm_jax.models.config import ModelConfig, attended_columns, causal_squares
+from longrm_jax.models.config import ModelConfig
+from longrm_jax.models.flop_counts import attended_columns, causal_squares
 from longrm_jax.training.telemetry import step_flops
 
 W = 16

@@ -29,7 +29,7 @@ from longrm_jax import xla_log
 from longrm_jax.evaluation.grm.estimate import prefill_flops
 from longrm_jax.evaluation.grm.generation import _jitted_decode, _jitted_prefill, prepare_for_decoding
 from longrm_jax.evaluation.scoring import _JITTED_CLASSIFIER, _JITTED_GATHERED
-from longrm_jax.models.config import attended_columns, decoder_matmul_params, output_head_params
+from longrm_jax.models.flop_counts import attended_columns, decoder_matmul_params, output_head_params
 from longrm_jax.models.heads import build_model
 from longrm_jax.ops.flash import compiling_for
 from longrm_jax.parallel.compiled import cost_flops, describe_counts, flop_text, hlo_op_counts

@@ -86,7 +86,7 @@ def gpu_memory_bytes(gpu_id: str) -> int | None:
 
 def weight_bytes(config, dtype: str) -> int:
     """Bytes of the decoder's weights in the compute dtype (embeddings included)."""
-    from longrm_jax.models.config import decoder_matmul_params
+    from longrm_jax.models.flop_counts import decoder_matmul_params
 
     embeddings = config.vocab_size * config.hidden_size * (1 if config.tie_word_embeddings else 2)
     return (decoder_matmul_params(config) + embeddings) * (4 if dtype == "float32" else 2)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from longrm_jax.models.config import causal_squares, decoder_matmul_params, output_head_params
+from longrm_jax.models.flop_counts import causal_squares, decoder_matmul_params, output_head_params
 from longrm_jax.parallel.topology import CHIPS, chip_of
 from longrm_jax.training.lora import is_adapter
 

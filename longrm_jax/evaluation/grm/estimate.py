@@ -35,7 +35,7 @@ import math
 from collections.abc import Sequence
 
 from longrm_jax.evaluation.grm.slot_plan import Pool, kv_cache_bytes
-from longrm_jax.models.config import causal_squares, decoder_matmul_params
+from longrm_jax.models.flop_counts import causal_squares, decoder_matmul_params
 from longrm_jax.parallel.topology import CHIPS
 
 UNROLL_COMPILE_S = 8.0  # the unrolled decode program's extra compile (docs/perf_eval.md, "The unrolled decode step")
@@ -82,7 +82,7 @@ def pool_steps(budgets: Sequence[int], slots: int) -> int:
 
 def prefill_flops(config, tokens: int) -> float:
     """Forward FLOPs of one prompt of ``tokens`` tokens: matmuls plus causal attention (scores and values; a
-    sliding-window layer counts its window, models.config.causal_squares)."""
+    sliding-window layer counts its window, models.flop_counts.causal_squares)."""
     attention = 2.0 * config.num_heads * config.head_dim * causal_squares(config, tokens)
     return 2.0 * decoder_matmul_params(config) * tokens + attention
 
