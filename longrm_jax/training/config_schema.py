@@ -1,7 +1,9 @@
 """The training configuration's schema: the dataclass of each YAML section and ``TrainConfig.validate``'s checks.
 
 ``training.config`` loads YAML into these (every key checked, values coerced to the declared types, ``--set``
-overrides) and writes them back.
+overrides) and writes them back. Each key's meaning is the comment above it (else beside it), and its range or
+choices are declared with it (``training.config_rules``: ``ranged``, ``choice``); docs/config.md is generated
+from both (``python -m longrm_jax.config_reference --write``).
 """
 
 
@@ -11,7 +13,8 @@ from dataclasses import dataclass, field
 from longrm_jax.cli_support import InputError
 from longrm_jax.data.tokenize import RESPONSE_ENDS
 from longrm_jax.models.config import REMAT_POLICIES, ModelConfig
-from longrm_jax.training.mesh_config import MeshSection, mesh_problem, range_rules
+from longrm_jax.training.config_rules import choice, out_of_range, ranged
+from longrm_jax.training.mesh_config import MeshSection, mesh_problem
 
 # checkpoint.on_corrupt: what --resume does when its newest step cannot be read (training.checkpoint_check).
 ON_CORRUPT = ("fallback", "error")
@@ -23,64 +26,71 @@ class ConfigError(InputError):
 
 @dataclass
 class ModelSection:
+    """The network: its initial weights, head, dtypes and rematerialisation."""
+
     # HF checkpoint directory, an orbax training checkpoint directory, or None for random init from `preset`.
     init: str | None = None
     # Named ModelConfig for random init (see training.model_setup.PRESETS), e.g. "tiny_qwen3".
     preset: str = "tiny_qwen3"
     # ModelConfig field overrides (random init and HF loading), e.g. {num_layers: 2}.
     overrides: dict = field(default_factory=dict)
-    head: str = "auto"  # "causal_lm" or "classifier" (score head); "auto": classifier for stage bt
-    compute_dtype: str = "float32"  # activations / matmuls; "bfloat16" on accelerators
-    param_dtype: str = "float32"  # master weights and optimizer state
+    # "causal_lm" or "classifier" (score head); "auto": classifier for stage bt.
+    head: str = choice("auto", ("auto", "causal_lm", "classifier"))
+    compute_dtype: str = choice("float32", ("float32", "bfloat16"))  # activations / matmuls; bfloat16 on accelerators
+    param_dtype: str = choice("float32", ("float32", "bfloat16"))  # master weights and optimizer state
     # ModelConfig.remat (none, full, dots_saveable, save_attention_out, offload_layer_inputs,
     # offload_layer_inputs_and_attention) or "auto": the fastest of none, save_attention_out, full and then the
     # offloading ones whose compiled step fits the device and the host budget (training.memory_plan).
-    remat: str = "none"
-    # Sequence-tiled MLP: each layer's MLP on chunks of at most this many tokens (0: whole rows; ModelConfig.
-    # mlp_chunk_tokens). With remat auto the plan turns it on (AUTO_MLP_CHUNK_TOKENS) where untiled nothing fits.
-    mlp_chunk_tokens: int = 0
+    remat: str = choice("none", (*REMAT_POLICIES, "auto"), one_of=True)
+    # Sequence-tiled MLP: each layer's MLP on chunks of at most this many tokens (0: whole rows;
+    # ModelConfig.mlp_chunk_tokens). With remat auto the plan turns it on (AUTO_MLP_CHUNK_TOKENS) where untiled
+    # nothing fits.
+    mlp_chunk_tokens: int = ranged(0, ">= 0 (0: untiled)")
     # Under an offloading remat policy: how many layers (the first ones) save to pinned host memory; the rest keep
     # theirs on the device (ModelConfig.offloaded_layers). null: all. For a step whose offloaded activations
     # outgrow the host while the device has room. With a frozen base (LoRA) it costs nothing more; with full
     # parameters the partial layer range accumulates one more gradient-sized buffer (the plan's compile counts it).
     # remat auto sets it when every layer offloaded fits the device but not the host budget (training.memory_plan).
-    offloaded_layers: int | None = None
+    offloaded_layers: int | None = ranged(None, ">= 0 (or null: all layers)")
 
 
 @dataclass
 class DataSection:
+    """The training data: where it comes from, how it is tokenized, cut and packed into rows."""
+
     source: str = "synthetic"  # "synthetic" or a dataset path the data package reads
     # Several datasets blended (replaces `source` when given): entries `{path: P, ratio: 0.5}` (that fraction of
     # its rows), `{path: P, count: 1000}` (that many) or a plain path (all rows); see data.blend.
     sources: list = field(default_factory=list)
     chat_template: str | None = None  # Jinja template file replacing (or supplying) the tokenizer's
-    eval_source: str | None = None  # None: held-out synthetic pairs / the source's eval split
-    tokenizer: str | None = None  # None: the bundled tiny tokenizer
-    seq_len: int = 512  # tokens per row (T): a packed row, or one sequence with layout "rows"
-    # "packed": groups back to back in rows of seq_len (segment ids). "rows" (preference stages): one sequence
+    eval_source: str | None = None  # held-out pairs (a dataset path); None: synthetic ones / none for a file source
+    tokenizer: str | None = None  # tokenizer directory (HF files); None: the bundled tiny tokenizer
+    seq_len: int = ranged(512, ">= 1")  # tokens per row (T): a packed row, or one sequence with layout "rows"
+    # "packed": groups back to back in rows of seq_len (segment ids); "rows" (preference stages): one sequence
     # per row, a group's 1 + R rows side by side, each sample cut to seq_len: attention without segment ids
     # (the fast GPU layout for long pairs: cuDNN's flash backward; packing gains nothing at 1 group per row).
-    layout: str = "packed"
+    layout: str = choice("packed", ("packed", "rows"))
     # Model rows per micro step, global over the data-parallel devices; an optimizer step takes
     # batch_rows x grad_accum rows. Packed: a row of seq_len tokens holding several groups. Rows layout: one
     # sequence per row, so a preference group takes 1 + num_rejects rows (batch_rows must be a multiple).
-    batch_rows: int = 8
-    num_rejects: int = 1  # rejected responses per group (R), preference stages
-    max_groups_per_row: int = 8  # static bound on groups (or SFT samples) per row
+    batch_rows: int = ranged(8, ">= 1")
+    num_rejects: int = ranged(1, ">= 0")  # rejected responses per group (R), preference stages
+    max_groups_per_row: int = ranged(8, ">= 1")  # static bound on groups (or SFT samples) per row
     # Packed rows: at most this many groups (SFT samples) per row; null: as many as fit. 1 reproduces upstream
     # SFT's one sample per micro step (docs/upstream.md "Pairs per optimizer step").
-    groups_per_row: int | None = None
-    num_train: int = 512  # synthetic: training samples
-    num_eval: int = 128  # synthetic: held-out pairs
-    synthetic: dict = field(default_factory=dict)  # extra synthetic-generator options
-    shuffle: bool = True
-    num_buckets: int = 1  # row lengths below seq_len (bucket_scheme): fewer padding tokens, more compiles
-    bucket_multiple: int = 128  # bucket lengths round up to this (keep it a multiple of 2 x mesh.seq)
+    groups_per_row: int | None = ranged(None, ">= 1 or null")
+    num_train: int = ranged(512, ">= 1")  # synthetic: training samples
+    num_eval: int = ranged(128, ">= 0")  # synthetic: held-out pairs
+    # Options of the synthetic generator (data.synthetic.training_rows): lengths, num_distractors, num_values.
+    synthetic: dict = field(default_factory=dict)
+    shuffle: bool = True  # shuffle the order of the training samples
+    num_buckets: int = ranged(1, ">= 1")  # row lengths below seq_len (bucket_scheme): less padding, more compiles
+    bucket_multiple: int = ranged(128, ">= 1")  # bucket lengths round up to this (a multiple of 2 x mesh.seq)
     # "halving": seq_len / 2^k; "linear": seq_len * (k + 1) / num_buckets (padding per row < seq_len / num_buckets)
-    bucket_scheme: str = "halving"
+    bucket_scheme: str = choice("halving", ("halving", "linear"))
     # Groups packed together by the pipeline (fuller rows vs first-batch latency and memory); null: 256 for rows
     # up to 16K tokens, fewer for longer rows (4M tokens of rows per window, data.pipeline.auto_window_groups).
-    window_groups: int | None = None
+    window_groups: int | None = ranged(None, ">= 1 or null")
     # Chat template's enable_thinking: null renders without the variable, as upstream training (Qwen3: the
     # response opens with the empty think block, which is trained); false moves that block into the masked prompt.
     enable_thinking: bool | None = None
@@ -92,19 +102,23 @@ class DataSection:
     # another token; the evaluator's DisRM score is then read one token later, after the template's newline) or
     # "template" (exactly as the chat template ends the turn: a DisRM is trained where `evaluate` reads its score;
     # data.tokenize module notes, docs/upstream.md "The DisRM score position").
-    response_end: str = "upstream"
-    worker_count: int = 2  # pipeline threads tokenizing / packing windows ahead
+    response_end: str = choice("upstream", RESPONSE_ENDS, one_of=True)
+    worker_count: int = ranged(2, ">= 0")  # pipeline threads tokenizing / packing windows ahead
 
 
 @dataclass
 class LossSection:
-    beta: float = 2.5  # SimPO
-    gamma: float = 0.5  # SimPO, absolute margin
-    label_smoothing: float = 0.0
-    nll_weight: float = 0.0
-    margin: float = 0.0  # Bradley-Terry
-    center_rewards_coefficient: float = 0.0
-    chunk_tokens: int = 8192  # tokens per chunk of the fp32 logits in response log-probs
+    """The training loss of each stage (SimPO, Bradley-Terry, SFT's NLL) and its reduction."""
+
+    # SimPO's reward scale: beta <= 0 flips (or erases) the preference, so a run would learn to prefer the
+    # rejected answers. Upstream's recipes use 2.5 (and 2.0-10 in the SimPO paper).
+    beta: float = ranged(2.5, "> 0 (it scales the reward margin; <= 0 inverts or erases the preference)")
+    gamma: float = 0.5  # SimPO's target reward margin (absolute)
+    label_smoothing: float = ranged(0.0, "in [0, 0.5)")  # SimPO sigmoid loss: weight of the flipped-label term
+    nll_weight: float = ranged(0.0, ">= 0")  # SimPO: weight of the chosen response's mean NLL in the loss
+    margin: float = 0.0  # Bradley-Terry: margin the chosen score must beat the rejected one by
+    center_rewards_coefficient: float = 0.0  # Bradley-Terry: TRL's weight of (r_c + r_r)^2 (rewards near 0)
+    chunk_tokens: int = ranged(8192, ">= 1")  # tokens per chunk of the fp32 logits in response log-probs
     # SimPO loss: "sigmoid" (-log s(z), label smoothing applies) or "hinge" (relu(1 - z)), z = beta dpi - gamma.
     loss_type: str = "sigmoid"
     # "upstream": mean over each microbatch's pairs, then over microbatches (SFT: mean over the step's samples of
@@ -115,14 +129,16 @@ class LossSection:
 
 @dataclass
 class OptimSection:
-    lr: float = 2e-6
-    min_lr_ratio: float = 0.1
-    warmup_ratio: float = 0.05
-    b1: float = 0.9
-    b2: float = 0.95
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
+    """AdamW and its learning-rate schedule (linear warmup, then cosine decay)."""
+
+    lr: float = ranged(2e-6, "> 0")  # peak learning rate
+    min_lr_ratio: float = ranged(0.1, "in [0, 1]")  # the schedule's final learning rate, as a fraction of lr
+    warmup_ratio: float = ranged(0.05, "in [0, 1]")  # fraction of the optimizer steps that warm the rate up
+    b1: float = ranged(0.9, "in [0, 1)")  # AdamW's first-moment decay
+    b2: float = ranged(0.95, "in [0, 1)")  # AdamW's second-moment decay
+    eps: float = ranged(1e-8, "> 0")  # AdamW's epsilon
+    weight_decay: float = ranged(0.0, ">= 0")  # AdamW's decoupled weight decay
+    grad_clip: float = ranged(1.0, ">= 0 (0: no clipping)")  # global gradient norm clipped to this
     # Keep the AdamW moments in pinned host memory between steps (training.state.offload_optimizer_state): the
     # gradient program, where activations peak, then has their bytes free on the device (Qwen3-8B, bf16: 30.5
     # GiB); the update program copies them in, updates and copies them back over PCIe every step.
@@ -131,8 +147,10 @@ class OptimSection:
 
 @dataclass
 class LoraSection:
-    rank: int = 0  # 0: full fine-tuning
-    alpha: float = 8.0
+    """LoRA adapters (rank > 0) on a frozen base, or full fine-tuning (rank 0)."""
+
+    rank: int = ranged(0, ">= 0 (0: full fine-tuning)")  # adapter rank; 0: full fine-tuning
+    alpha: float = 8.0  # adapter scale: W + (alpha / rank) A B
     # Parameter-path suffixes that get adapters; "all-linear" means every projection of the decoder.
     targets: list = field(default_factory=lambda: ["all-linear"])
     # Modules trained fully next to the adapters (peft's modules_to_save; a new score head for bt). Upstream's
@@ -143,15 +161,17 @@ class LoraSection:
     # and the base gets no gradient or update, so an fp32 copy only matters for a base that is not bf16-exact
     # (HF's 8B checkpoints are stored in bf16) and for the merge at export, which then adds the fp32 adapter
     # delta to a bf16 weight (the exported weights are bf16 either way).
-    base_dtype: str | None = None
+    base_dtype: str | None = choice(None, ("float32", "bfloat16", None), note="(model.param_dtype)")
 
 
 @dataclass
 class CheckpointSection:
-    dir: str | None = None  # None: <output_dir>/checkpoints
-    every: int = 0  # save every N steps (0: only at the end)
+    """Orbax checkpoints: where, how often, how many, and what a full disk or a corrupt step does."""
+
+    dir: str | None = None  # checkpoint directory; None: <output_dir>/checkpoints
+    every: int = ranged(0, ">= 0 (0: only at the end)")  # save every N steps (0: only at the end)
     at_end: bool = True  # save the final step (benchmarks turn it off)
-    keep: int = 3
+    keep: int = ranged(3, ">= 1")  # checkpoints kept (the newest ones)
     # Write a save while the next steps run (true) or before they start (false). null: asynchronous unless the
     # step keeps pinned host memory (offloaded activations or optimizer state): an asynchronous save holds a host
     # copy of the whole state beside the running step's pinned buffers, which killed an 8B full-parameter run
@@ -163,58 +183,68 @@ class CheckpointSection:
     # A save the disk cannot hold (checked before writing; orbax keeps older steps until the new one is complete):
     # "error" stops naming the sizes; "delete_oldest" deletes kept steps, oldest first, until it fits (for disks
     # that hold one checkpoint, e.g. an 8B full-parameter state of 49 GB on a 64 GB disk).
-    on_low_disk: str = "error"
+    on_low_disk: str = choice("error", ("error", "delete_oldest"))
     # A --resume whose newest step cannot be read: "fallback" names it, sets it aside and resumes from the newest
     # intact step (training.checkpoint_check); "error" stops (exit 2) naming it and moves nothing, for a user who
     # would rather repair or copy the step than lose the steps since the older one.
-    on_corrupt: str = "fallback"
+    on_corrupt: str = choice("fallback", ON_CORRUPT)
     # Host memory a save may use, in GB (None: orbax's defaults, which copy the whole state to host memory at once
     # and let up to 96 GB be in flight to the disk). Set it when the state is a large share of the host's RAM.
-    save_host_gb: int | None = None
+    save_host_gb: int | None = ranged(None, ">= 1 (or unset)")
 
 
 @dataclass
 class ProfileSection:
-    # Trace optimizer steps [start, start + steps) (1-based) with jax.profiler; 0 steps: off. The trace (an XLA
-    # xplane, readable by TensorBoard's profile plugin, xprof or scripts/profile_summary.py) goes to `dir`.
-    start: int = 2  # step 1 includes first-call work (autotuning, allocator growth): start after it
-    steps: int = 0
-    dir: str | None = None  # None: <output_dir>/profile
+    """Trace optimizer steps [start, start + steps) (1-based) with jax.profiler; 0 steps: off. The trace (an XLA
+    xplane, readable by TensorBoard's profile plugin, xprof or scripts/profile_summary.py) goes to `dir`."""
+
+    # First optimizer step traced (1-based). Step 1 includes first-call work (autotuning, allocator growth): start
+    # after it.
+    start: int = ranged(2, ">= 1")
+    steps: int = ranged(0, ">= 0 (0: off)")  # optimizer steps traced; 0: no trace
+    dir: str | None = None  # trace directory; None: <output_dir>/profile
 
 
 @dataclass
 class DistributedSection:
+    """Multi-process runs (jax.distributed): one process per host or per GPU (training.distributed)."""
+
     # "auto": initialise when a cluster environment is detected; "on": always (needs the fields or env);
     # "off": never.
-    mode: str = "auto"
-    coordinator_address: str | None = None
-    num_processes: int | None = None
-    process_id: int | None = None
+    mode: str = choice("auto", ("auto", "on", "off"))
+    coordinator_address: str | None = None  # host:port of process 0; None: from the environment
+    num_processes: int | None = None  # processes in the run; None: from the environment
+    process_id: int | None = None  # this process's index; None: from the environment
 
 
 @dataclass
 class TrainConfig:
-    stage: str = "bt"  # "sft", "simpo" or "bt"
-    seed: int = 0
-    output_dir: str = "runs/default"
-    steps: int = 0  # optimizer steps; 0: `epochs` passes over the training data
-    epochs: float = 1.0
-    grad_accum: int = 1  # micro steps per optimizer step, each of data.batch_rows rows
-    log_every: int = 1
-    eval_before: bool = True
-    eval_after: bool = True
+    """A training run: its stage, length, logging and checks, then one section per concern."""
+
+    # Training stage: "sft" (a generative judge's NLL), "simpo" (preference pairs, SimPO loss) or "bt" (a score
+    # head, Bradley-Terry loss).
+    stage: str = choice("bt", ("sft", "simpo", "bt"), one_of=True)
+    seed: int = 0  # parameter init, data order and synthetic data
+    output_dir: str = "runs/default"  # the run's directory: metrics, logs, config, checkpoints
+    steps: int = ranged(0, ">= 0 (0: train for `epochs`)")  # optimizer steps; 0: `epochs` passes over the data
+    epochs: float = ranged(1.0, "> 0")  # passes over the training data when steps is 0
+    grad_accum: int = ranged(1, ">= 1")  # micro steps per optimizer step, each of data.batch_rows rows
+    log_every: int = ranged(1, ">= 1")  # log metrics every N optimizer steps
+    eval_before: bool = True  # held-out evaluation before the first step
+    eval_after: bool = True  # held-out evaluation after the last step
     # A progress bar (true) or a line per logged step (false); null: the bar on a terminal, lines otherwise (a bar
     # redrawn into a log file is one long line of carriage returns).
     progress: bool | None = None
-    tensorboard: bool = True
+    tensorboard: bool = True  # also write the metrics as TensorBoard events
     # Before loading weights the trainer compiles the step and stops if its predicted memory exceeds the
-    # device's (training.memory_plan). Per-device budget in GiB; None: the device allocator's limit (CPU: 90% of the
-    # host's free RAM over its CPU devices, training.host_memory).
+    # device's (training.memory_plan).
     memory_check: bool = True
-    memory_budget_gib: float | None = None
+    # That check's per-device budget in GiB; None: the device allocator's limit (CPU: 90% of the host's free RAM
+    # over its CPU devices, training.host_memory).
+    memory_budget_gib: float | None = ranged(None, "> 0 (or unset)")
     # Pinned host memory per device for offloaded activations (model.remat offload_*), in GiB; None: 75% of the
     # host's RAM over this process's devices.
-    host_memory_budget_gib: float | None = None
+    host_memory_budget_gib: float | None = ranged(None, "> 0 (or unset)")
     # Persistent XLA compilation cache directory (None: off). A resumed or repeated run with the same shapes
     # reuses the compiled step programs instead of compiling them again (minutes for an 8B model at 128K).
     compilation_cache: str | None = None
@@ -233,42 +263,20 @@ class TrainConfig:
 
     def validate(self) -> "TrainConfig":
         self._check_ranges()
-        if self.stage not in ("sft", "simpo", "bt"):
-            raise ConfigError(f"stage must be one of sft, simpo, bt; got {self.stage!r}")
         group_rows = 1 + self.data.num_rejects
         if self.data.layout == "rows" and self.stage != "sft" and self.data.batch_rows % group_rows:
             raise ConfigError(
                 f"data.batch_rows ({self.data.batch_rows}) must be a multiple of 1 + data.num_rejects "
                 f"({group_rows}) with data.layout rows: each sequence of a preference group takes a row")
-
-        if self.model.remat not in (*REMAT_POLICIES, "auto"):
-            raise ConfigError(f"model.remat must be one of {', '.join((*REMAT_POLICIES, 'auto'))}; "
-                              f"got {self.model.remat!r}")
-        if self.model.head not in ("auto", "causal_lm", "classifier"):
-            raise ConfigError(f"model.head must be auto, causal_lm or classifier; got {self.model.head!r}")
         if self.stage == "bt" and self.model.head == "causal_lm":
             raise ConfigError("stage bt needs a score head (model.head: classifier or auto)")
         if self.stage != "bt" and self.model.head == "classifier":
             raise ConfigError(f"stage {self.stage} needs an LM head (model.head: causal_lm or auto)")
-        if self.data.response_end not in RESPONSE_ENDS:
-            raise ConfigError(f"data.response_end must be one of {', '.join(RESPONSE_ENDS)}; "
-                              f"got {self.data.response_end!r}")
-        if self.data.bucket_scheme not in ("halving", "linear"):
-            raise ConfigError(f"data.bucket_scheme must be halving or linear; got {self.data.bucket_scheme!r}")
-        if self.data.layout not in ("packed", "rows"):
-            raise ConfigError(f"data.layout must be packed or rows; got {self.data.layout!r}")
         if self.data.layout == "rows" and self.stage == "sft":
             raise ConfigError("data.layout rows is for preference stages (simpo, bt); sft packs samples")
         problem = mesh_problem(self.mesh, self.data.seq_len)
         if problem:
             raise ConfigError(problem)
-        if self.checkpoint.on_low_disk not in ("error", "delete_oldest"):
-            raise ConfigError(f"checkpoint.on_low_disk must be error or delete_oldest; got "
-                              f"{self.checkpoint.on_low_disk!r}")
-        if self.checkpoint.on_corrupt not in ON_CORRUPT:
-            raise ConfigError(f"checkpoint.on_corrupt must be fallback or error; got {self.checkpoint.on_corrupt!r}")
-        if self.distributed.mode not in ("auto", "on", "off"):
-            raise ConfigError(f"distributed.mode must be auto, on or off; got {self.distributed.mode!r}")
         if self.stage != "sft" and self.data.num_rejects < 1:
             raise ConfigError(f"data.num_rejects must be >= 1 for stage {self.stage} (each preference group trains "
                               f"its chosen response against that many rejected ones); got {self.data.num_rejects}")
@@ -277,68 +285,12 @@ class TrainConfig:
         return self
 
     def _check_ranges(self) -> None:
-        """Numbers outside their meaningful range (a negative step count, learning rate, ...) would run and
-        train nothing or crash deep inside; stop here naming the key."""
-        d, o = self.data, self.optim
-        rules = [
-            ("steps", self.steps, self.steps >= 0, ">= 0 (0: train for `epochs`)"),
-            ("epochs", self.epochs, self.epochs > 0, "> 0"),
-            ("grad_accum", self.grad_accum, self.grad_accum >= 1, ">= 1"),
-            ("log_every", self.log_every, self.log_every >= 1, ">= 1"),
-            ("data.seq_len", d.seq_len, d.seq_len >= 1, ">= 1"),
-            ("data.batch_rows", d.batch_rows, d.batch_rows >= 1, ">= 1"),
-            ("data.num_rejects", d.num_rejects, d.num_rejects >= 0, ">= 0"),
-            ("data.max_groups_per_row", d.max_groups_per_row, d.max_groups_per_row >= 1, ">= 1"),
-            ("data.groups_per_row", d.groups_per_row, d.groups_per_row is None or d.groups_per_row >= 1,
-             ">= 1 or null"),
-            ("data.num_train", d.num_train, d.num_train >= 1, ">= 1"),
-            ("data.num_eval", d.num_eval, d.num_eval >= 0, ">= 0"),
-            ("data.num_buckets", d.num_buckets, d.num_buckets >= 1, ">= 1"),
-            ("data.bucket_multiple", d.bucket_multiple, d.bucket_multiple >= 1, ">= 1"),
-            ("data.window_groups", d.window_groups, d.window_groups is None or d.window_groups >= 1, ">= 1 or null"),
-            ("data.worker_count", d.worker_count, d.worker_count >= 0, ">= 0"),
-            ("loss.chunk_tokens", self.loss.chunk_tokens, self.loss.chunk_tokens >= 1, ">= 1"),
-            # SimPO's reward scale: beta <= 0 flips (or erases) the preference, so a run would learn to prefer the
-            # rejected answers. Upstream's recipes use 2.5 (and 2.0-10 in the SimPO paper).
-            ("loss.beta", self.loss.beta, self.loss.beta > 0, "> 0 (it scales the reward margin; <= 0 inverts "
-             "or erases the preference)"),
-            ("loss.label_smoothing", self.loss.label_smoothing, 0 <= self.loss.label_smoothing < 0.5,
-             "in [0, 0.5)"),
-            ("loss.nll_weight", self.loss.nll_weight, self.loss.nll_weight >= 0, ">= 0"),
-            ("optim.lr", o.lr, o.lr > 0, "> 0"),
-            ("optim.min_lr_ratio", o.min_lr_ratio, 0 <= o.min_lr_ratio <= 1, "in [0, 1]"),
-            ("optim.warmup_ratio", o.warmup_ratio, 0 <= o.warmup_ratio <= 1, "in [0, 1]"),
-            ("optim.b1", o.b1, 0 <= o.b1 < 1, "in [0, 1)"),
-            ("optim.b2", o.b2, 0 <= o.b2 < 1, "in [0, 1)"),
-            ("optim.eps", o.eps, o.eps > 0, "> 0"),
-            ("optim.weight_decay", o.weight_decay, o.weight_decay >= 0, ">= 0"),
-            ("optim.grad_clip", o.grad_clip, o.grad_clip >= 0, ">= 0 (0: no clipping)"),
-            ("model.mlp_chunk_tokens", self.model.mlp_chunk_tokens, self.model.mlp_chunk_tokens >= 0,
-             ">= 0 (0: untiled)"),
-            ("model.offloaded_layers", self.model.offloaded_layers,
-             self.model.offloaded_layers is None or self.model.offloaded_layers >= 0, ">= 0 (or null: all layers)"),
-            ("lora.rank", self.lora.rank, self.lora.rank >= 0, ">= 0 (0: full fine-tuning)"),
-            ("lora.base_dtype", self.lora.base_dtype, self.lora.base_dtype in (None, "float32", "bfloat16"),
-             "float32, bfloat16 or null (model.param_dtype)"),
-            ("model.compute_dtype", self.model.compute_dtype, self.model.compute_dtype in ("float32", "bfloat16"),
-             "float32 or bfloat16"),
-            ("model.param_dtype", self.model.param_dtype, self.model.param_dtype in ("float32", "bfloat16"),
-             "float32 or bfloat16"),
-            ("checkpoint.every", self.checkpoint.every, self.checkpoint.every >= 0, ">= 0 (0: only at the end)"),
-            ("checkpoint.keep", self.checkpoint.keep, self.checkpoint.keep >= 1, ">= 1"),
-            ("checkpoint.save_host_gb", self.checkpoint.save_host_gb,
-             self.checkpoint.save_host_gb is None or self.checkpoint.save_host_gb >= 1, ">= 1 (or unset)"),
-            ("profile.start", self.profile.start, self.profile.start >= 1, ">= 1"),
-            ("profile.steps", self.profile.steps, self.profile.steps >= 0, ">= 0 (0: off)"),
-            ("memory_budget_gib", self.memory_budget_gib,
-             self.memory_budget_gib is None or self.memory_budget_gib > 0, "> 0 (or unset)"),
-            ("host_memory_budget_gib", self.host_memory_budget_gib,
-             self.host_memory_budget_gib is None or self.host_memory_budget_gib > 0, "> 0 (or unset)"),
-        ]
-        rules += range_rules(self.mesh)
-        for key, value, ok, want in rules:
-            if not ok:
-                raise ConfigError(f"{key} must be {want}; got {value!r}")
+        """A value outside the range or choices its field declares (``ranged``, ``choice``: a negative step
+        count, learning rate, an unknown stage, ...) would run and train nothing or crash deep inside; stop here
+        naming the key."""
+        problem = out_of_range(self)
+        if problem:
+            raise ConfigError(problem)
 
     @property
     def base_weights_dtype(self) -> str:

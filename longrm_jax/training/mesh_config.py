@@ -6,20 +6,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from longrm_jax.training.config_rules import ranged
+
 # The mesh's axes, by name (parallel.mesh.make_mesh's).
 MESH_AXES = ("data", "fsdp", "seq", "tensor")
+# An axis size: -1 takes the devices the other axes leave over.
+AXIS_SIZE = ">= 1, or -1 (the devices left over)"
 
 
 @dataclass
 class MeshSection:
+    """The device mesh: how many devices each axis spans (their product: every device), or `mesh: auto`."""
+
     # `mesh: auto` (YAML) or `--set mesh=auto`: the trainer chooses data, fsdp or seq over every device, the one
     # that fits and moves the fewest bytes per step (training.mesh_plan, parallel.mesh_choice). A later
     # `--set mesh.<key>=...` sets the mesh by hand instead, starting from MESH_BY_HAND.
     auto: bool = False
-    data: int = 1
-    fsdp: int = -1
-    seq: int = 1
-    tensor: int = 1
+    data: int = ranged(1, AXIS_SIZE)  # pure data parallelism (the parameters replicated over it)
+    fsdp: int = ranged(-1, AXIS_SIZE)  # data parallelism with parameters and optimizer state sharded (ZeRO-3)
+    seq: int = ranged(1, AXIS_SIZE)  # sequence parallelism: a row's tokens split over devices, ring attention
+    tensor: int = ranged(1, AXIS_SIZE)  # tensor parallelism over attention heads / MLP hidden units
     # Mesh axes the parameters' model dimension (and so optimizer state) is sharded over. ["fsdp", "seq"]
     # shards them over the sequence-parallel devices too (ZeRO over every device, as upstream's ZeRO + SP).
     param_axes: list = field(default_factory=lambda: ["fsdp"])
@@ -36,15 +42,6 @@ MESH_BY_HAND = {"data": 1, "fsdp": 1, "seq": 1, "tensor": 1, "param_axes": ["fsd
 def spelled_out(value):
     """The mesh section as YAML gave it, with ``mesh: auto`` written as the mapping it stands for."""
     return {"auto": True} if value == "auto" else value
-
-
-def range_rules(mesh: MeshSection) -> list[tuple]:
-    """(key, value, ok, wanted) of each axis size, in the form of ``TrainConfig._check_ranges``'s rules."""
-    rules = []
-    for axis in MESH_AXES:
-        size = getattr(mesh, axis)
-        rules.append((f"mesh.{axis}", size, size >= 1 or size == -1, ">= 1, or -1 (the devices left over)"))
-    return rules
 
 
 def mesh_problem(mesh: MeshSection, seq_len: int) -> str | None:
