@@ -97,7 +97,7 @@ class DataSection:
     # Each sequence longer than its row, on its own: "prompt_middle" (the middle of the prompt goes, the response
     # stays), "right" (upstream's literal right cut, EOS forced) or "error". A pair is never cut as a whole: one
     # too long to share a row (packed layout) gets a row of its own, (1 + num_rejects) x seq_len long.
-    truncation: str = "prompt_middle"
+    truncation: str = choice("prompt_middle", ("prompt_middle", "right", "error"))
     # How a response ends: "upstream" (the template's end-of-turn token, then " " + EOS as text where EOS is
     # another token; the evaluator's DisRM score is then read one token later, after the template's newline) or
     # "template" (exactly as the chat template ends the turn: a DisRM is trained where `evaluate` reads its score;
@@ -120,11 +120,11 @@ class LossSection:
     center_rewards_coefficient: float = 0.0  # Bradley-Terry: TRL's weight of (r_c + r_r)^2 (rewards near 0)
     chunk_tokens: int = ranged(8192, ">= 1")  # tokens per chunk of the fp32 logits in response log-probs
     # SimPO loss: "sigmoid" (-log s(z), label smoothing applies) or "hinge" (relu(1 - z)), z = beta dpi - gamma.
-    loss_type: str = "sigmoid"
+    loss_type: str = choice("sigmoid", ("sigmoid", "hinge"))
     # "upstream": mean over each microbatch's pairs, then over microbatches (SFT: mean over the step's samples of
     # per-sample token means, as upstream's one sample per micro-step);
     # "global_tokens": one mean over the global batch's pairs (SFT: trained tokens). README "Loss reduction".
-    reduction: str = "upstream"
+    reduction: str = choice("upstream", ("upstream", "global_tokens"))
 
 
 @dataclass
