@@ -45,6 +45,14 @@ def test_type_errors_name_the_key():
         load_config(None, ["grad_accum=0"])
 
 
+def test_a_bare_on_read_as_a_boolean_says_to_quote_it():
+    """YAML 1.1 reads on/off/yes/no as booleans; a string key given one says so, and the quoted word loads."""
+    with pytest.raises(ConfigError, match=r'distributed\.mode: expected a string, got True \(YAML reads a bare '
+                                          r'on/off/yes/no as true/false: quote the word, e.g. "on"\)'):
+        load_config(None, ["distributed.mode=on"])
+    assert load_config(None, ['distributed.mode="on"']).distributed.mode == "on"
+
+
 def test_batch_rows_are_per_micro_step():
     """An optimizer step takes batch_rows x grad_accum model rows; the rows layout spends 1 + R per group."""
     cfg = load_config(None, ["data.batch_rows=2", "grad_accum=8"])

@@ -64,7 +64,9 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
-        raise ConfigError(f"{where}: expected a string, got {value!r}")
+        quote = (" (YAML reads a bare on/off/yes/no as true/false: quote the word, e.g. \"on\")"
+                 if isinstance(value, bool) else "")
+        raise ConfigError(f"{where}: expected a string, got {value!r}{quote}")
     if tp in (list, dict) or origin in (list, dict):
         want = origin or tp
         if isinstance(value, want):
