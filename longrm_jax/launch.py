@@ -4,7 +4,8 @@ Each child is ``python -m longrm_jax.<command> ARGS`` with the variables a Kuber
 exports: ``JAX_COORDINATOR_ADDRESS`` (a free port on this host), ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID`` and,
 on a GPU machine, ``JAX_LOCAL_DEVICE_IDS`` (process i drives GPU i). ``training.distributed`` turns these into
 ``jax.distributed.initialize``; every process then runs the same program on its own rows. On a cluster use the
-scheduler itself (README, "Several GPUs and hosts"); this is the one-host equivalent, and what the tests run.
+scheduler itself (README, "Several GPUs and hosts"; docs/scaling.md); this is the one-host equivalent, and what
+the tests run.
 
 Ctrl-C and SIGTERM are passed to every child (each saves a checkpoint at the step reached). When one child
 fails, the others are stopped (they would wait for it in a collective) and its exit status is returned.

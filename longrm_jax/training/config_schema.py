@@ -123,7 +123,8 @@ class LossSection:
     loss_type: str = choice("sigmoid", ("sigmoid", "hinge"))
     # "upstream": mean over each microbatch's pairs, then over microbatches (SFT: mean over the step's samples of
     # per-sample token means, as upstream's one sample per micro-step);
-    # "global_tokens": one mean over the global batch's pairs (SFT: trained tokens). README "Loss reduction".
+    # "global_tokens": one mean over the global batch's pairs (SFT: trained tokens). docs/training.md,
+    # "Loss reduction".
     reduction: str = choice("upstream", ("upstream", "global_tokens"))
 
 

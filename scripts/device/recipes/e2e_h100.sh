@@ -2,7 +2,7 @@
 # Was call M (a new user's chain on the GPU most users have): scripts/e2e_gpu.py on one H100 80 GB, one model per call
 # (each took 475-536 s on an H200, session 5): HF checkpoint -> python -m longrm_jax.train (SIGKILL after the
 # first checkpoint) -> --resume -> python -m longrm_jax.export -> python -m longrm_jax.evaluate, 2 x 32K pairs.
-# PART=qwen: Qwen3-8B SimPO, full parameters, with the H100's full-parameter recipe (README, settings by length:
+# PART=qwen: Qwen3-8B SimPO, full parameters, with the H100's full-parameter recipe (docs/training.md, "Long pairs on one GPU":
 # the moments in pinned host memory, so their checkpoint and restore run through that placement too).
 # PART=llama: Llama-3.1-8B BT with the shipped LoRA (bf16 base), remat full.
 # Ran in session 17 (docs/benchmarks.md): llama 334.8 s; qwen killed by the host's OOM killer during step 2 of

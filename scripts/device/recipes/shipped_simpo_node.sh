@@ -5,7 +5,7 @@
 # and moments) and only what a benchmark must change: 3 steps of one micro step each (grad_accum 1: a shipped
 # step is 8 micro steps of ~25 s), no evaluation, no checkpoints, step 3 profiled.
 #   shipped4  all 4 GPUs: mesh auto chooses (the ring, seq=4, for one row per micro step) and prints why;
-#   shipped1  GPU 0 alone (CUDA_VISIBLE_DEVICES=0): `model.remat=auto` and `optim.offload_state=true` (the README's
+#   shipped1  GPU 0 alone (CUDA_VISIBLE_DEVICES=0): `model.remat=auto` and `optim.offload_state=true` (docs/training.md's
 #             one-GPU settings for 128K tokens of full-parameter SimPO: the fp32 moments do not fit beside the rest).
 #   prevN     all GPUs again, with the package as it was before the ring skipped cross-sequence blocks (aa378ed^,
 #             a copy in .prev/, git-excluded: `git archive aa378ed^ longrm_jax | tar x -C .prev`, carried with .whl):

@@ -1,7 +1,7 @@
 # Qwen3-8B full-parameter SimPO at 2 x 256K over 4 GPUs (mesh.seq=4 ring attention), moments on the host.
 # Was call N (ring attention on real GPUs): Qwen3-8B full-parameter SimPO on a 2 x 256K pair over four H100s, the
 # sequence split over them (mesh.seq=4: ring attention with pallas blocks), remat full and the MLP in 8,192-token
-# tiles. Compiled for h100x4 (README, "GPU meshes, compiled, not run"): 69.7 GiB per GPU, 91.9 s per step at 40%
+# tiles. Compiled for h100x4 (docs/compile_only.md, "GPU meshes, compiled, not run"): 69.7 GiB per GPU, 91.9 s per step at 40%
 # MFU; the first call (session 17) was refused by the plan on the GPUs themselves, 72.12 GiB against 71.22, so
 # the AdamW moments (7.6 GiB per GPU) go to pinned host memory (optim.offload_state). Upstream trains one 128K row
 # on a ring of 8 GPUs. Two steps.
