@@ -34,8 +34,9 @@ from tqdm.auto import tqdm
 
 from longrm_jax.cli_support import visible_gpu_ids
 from longrm_jax.evaluation.grm.estimate import DEVICES, prefill_flops
-from longrm_jax.evaluation.samples import EvalSample
 from longrm_jax.evaluation.grm.slot_plan import kv_cache_bytes, plan_slots
+from longrm_jax.evaluation.samples import EvalSample
+from longrm_jax.parallel.topology import GiB
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def plan_replicas(requested: str, mesh: dict | None, config, dtype: str, environ
         memory = gpu_memory_bytes(gpus[0])
         needed = weight_bytes(config, dtype)
         if memory is not None and needed > MAX_WEIGHT_SHARE * memory:
-            return [], (f"weights of {needed / 2**30:.1f} GiB leave too little of one GPU's {memory / 2**30:.1f} "
+            return [], (f"weights of {needed / GiB:.1f} GiB leave too little of one GPU's {memory / GiB:.1f} "
                         "GiB for a cache: one program over all GPUs (--mesh) instead")
         return gpus, f"one replica per GPU ({len(gpus)}), weights replicated"
     count = int(requested)

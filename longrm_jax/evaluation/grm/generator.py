@@ -7,11 +7,12 @@ from __future__ import annotations
 from longrm_jax.evaluation.encoding import stop_token_ids
 from longrm_jax.evaluation.grm.generation import GreedyGenerator
 from longrm_jax.evaluation.grm.simulated_lengths import judgement_lengths
+from longrm_jax.parallel.topology import GiB
 
 
 def make_generator(cfg, model, tokenizer, mesh, letter_ids=()):
     """The GRM generator of ``cfg``: continuous batching unless ``static_batches`` (or a multi-device mesh)."""
-    memory = int(cfg.device_memory_gib * (1 << 30)) if cfg.device_memory_gib else None
+    memory = int(cfg.device_memory_gib * GiB) if cfg.device_memory_gib else None
     return GreedyGenerator(
         model, pad_id=tokenizer.pad_id, stop_ids=stop_token_ids(cfg.model_path, tokenizer),
         max_new_tokens=cfg.max_new_tokens, letter_ids=letter_ids, batch_size=cfg.batch_size,

@@ -32,11 +32,14 @@ import numpy as np
 from longrm_jax.data.packing import bucket_for
 from longrm_jax.evaluation.batching import bucket_lengths
 from longrm_jax.models.cache import ring_slots
+from longrm_jax.parallel.topology import GiB
 
-MEMORY_FRACTION = 0.9  # of the device's limit: XLA's own workspace and fragmentation take the rest
+# Of the device's limit: XLA's own workspace and fragmentation take the rest. Training keeps a fixed margin instead
+# (parallel.topology.GPU_RUNTIME_HEADROOM off the limit), measured against one compiled program's own figure; the
+# slot pool here is sized by arithmetic over many bucket programs, so it keeps a margin that grows with the card.
+MEMORY_FRACTION = 0.9
 FALLBACK_SLOTS = 4  # when neither the device nor the caller states a memory size (e.g. the CPU backend)
 MAX_SLOTS = 256
-GIB = 1 << 30
 
 
 def kv_bytes_per_column(config) -> int:
@@ -80,9 +83,9 @@ def plan_slots(config, weight_bytes: int, columns: int, memory_bytes: int, windo
 
 def describe_plan(plan: dict) -> str:
     """Why a pool has its slots, in one line: memory left after the fixed costs vs one slot's bytes."""
-    left = (f"{plan['memory_bytes'] / GIB:.1f} GiB x {MEMORY_FRACTION:.2f} - weights {plan['weights'] / GIB:.2f}"
-            f" - prefill {plan['prefill'] / GIB:.2f} - admission {plan['admission'] / GIB:.2f}"
-            f" = {plan['free'] / GIB:.2f} GiB for slots of {plan['per_slot'] / GIB:.3f} GiB")
+    left = (f"{plan['memory_bytes'] / GiB:.1f} GiB x {MEMORY_FRACTION:.2f} - weights {plan['weights'] / GiB:.2f}"
+            f" - prefill {plan['prefill'] / GiB:.2f} - admission {plan['admission'] / GiB:.2f}"
+            f" = {plan['free'] / GiB:.2f} GiB for slots of {plan['per_slot'] / GiB:.3f} GiB")
     if not plan["fits"]:
         return left + ": not even one fits, trying one"
     return left + (f": {plan['slots']} (the {MAX_SLOTS}-slot cap)" if plan["slots"] == MAX_SLOTS
