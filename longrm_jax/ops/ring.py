@@ -88,8 +88,8 @@ def _zigzag_pairs(src, me, c):
 # sequences skips its kernel. Finer tracks the segments more closely but runs more kernels, each with its
 # accumulator merge and a cond. On 2 x H200 (docs/perf_training.md, "Packed rows over the ring") 8K sides made a
 # 20K-sequence row's step 26% shorter than whole blocks. Unrolled, they also made its compile 3 minutes longer (a
-# kernel instance per sub-block); run in a loop per shape (``_over_sub_pairs``) the shipped config's step compiles in 109 s against
-# 70 s uncut (deviceless, this host). Cuts fall on multiples of SUB_BLOCK_ALIGN tokens (the kernels' largest
+# kernel instance per sub-block); run in a loop per shape (``_over_sub_pairs``) the shipped config's step compiles
+# in 109 s against 70 s uncut (deviceless, this host). Cuts fall on multiples of SUB_BLOCK_ALIGN tokens (the kernels' largest
 # tile), so a 32,000-token chunk (128,000-token rows over seq=2) becomes sides of 7,936 and 8,064.
 PACKED_SUB_BLOCK = 8192
 SUB_BLOCK_ALIGN = 128
@@ -124,7 +124,8 @@ def segments_meet(q_seg, kv_seg):
     packed row, whose segments are contiguous runs numbered along it (a shared range then holds a shared id), and
     never false when an id is shared: a block it calls disjoint has nothing to compute under the segment mask.
     Padding is kept out of the ranges: it ends the row, so a block holding it would otherwise range from 0 up and
-    meet every earlier block (the last zigzag chunk's device then ran every sub-block: docs/perf_training.md, "Packed rows over the ring")."""
+    meet every earlier block (the last zigzag chunk's device then ran every sub-block: docs/perf_training.md,
+    "Packed rows over the ring")."""
     (q_lo, q_hi), (k_lo, k_hi) = _id_range(q_seg), _id_range(kv_seg)
     ids_meet = jnp.maximum(q_lo, k_lo) <= jnp.minimum(q_hi, k_hi)
     padding_meets = jnp.any(q_seg == 0, axis=1) & jnp.any(kv_seg == 0, axis=1)

@@ -144,7 +144,8 @@ class StepLoop:
         # The previous run makes way for a checkpoint of this run's schedule, never for an interrupt's: a rerun
         # stopped by Ctrl-C at step 2 has replaced nothing a finished run made.
         if self.aside is not None and jax.process_index() == 0:
-            self.aside.release_if_replaced(self.regular_saved > self.start and self.ckpt.is_complete(self.regular_saved))
+            replaced = self.regular_saved > self.start and self.ckpt.is_complete(self.regular_saved)
+            self.aside.release_if_replaced(replaced)
         if stop:
             self.ckpt.wait()
             if self.aside is not None and jax.process_index() == 0:
