@@ -6,7 +6,7 @@ import json
 import jax
 import pytest
 
-from longrm_jax.parallel.mesh_choice import StepTraffic, bytes_moved, candidates, table
+from longrm_jax.parallel.mesh_choice import StepTraffic, bytes_moved, candidates, resplit_rows, table
 from longrm_jax.training import loop
 from longrm_jax.training.config import ConfigError, load_config
 from longrm_jax.training.memory_plan import MemoryPlanError
@@ -46,6 +46,22 @@ def test_candidates_order_and_what_the_rows_allow():
     only = candidates(1, 1, 7, t)
     assert len(only) == 1 and only[0].sizes == {"data": 1, "fsdp": 1, "seq": 1, "tensor": 1}
     assert table(candidates(8, 16, 4096, t), 8)[0] == "mesh auto over 8 device(s): no candidate fits"
+
+
+def test_a_steps_rows_re_split_for_whole_rows_per_device():
+    assert resplit_rows(4, 1, 8) == (4, 2)  # the shipped SimPO config over 4 GPUs: 1 x 8 rows as 4 x 2
+    assert resplit_rows(8, 1, 8) == (8, 1) and resplit_rows(4, 1, 3) is None
+    assert resplit_rows(4, 2, 6, group_rows=2) == (4, 3)  # rows layout: whole preference groups of 2 rows
+    assert resplit_rows(8, 2, 6, group_rows=2) is None  # 12 rows: no multiple of 8 divides them
+    t = StepTraffic(GB, GB, micro_steps=8, tokens=1000, kv_bytes_per_token=100)
+    kinds = {c.kind: c for c in candidates(4, 1, 4096, t, grad_accum=8)}
+    assert kinds["data"].resplit == kinds["fsdp"].resplit == (4, 2) and not kinds["data"].refused
+    assert kinds["seq"].resplit is None and kinds["seq"].bytes_per_step == bytes_moved("seq", 4, t)
+    import dataclasses
+    assert kinds["fsdp"].bytes_per_step == bytes_moved("fsdp", 4, dataclasses.replace(t, micro_steps=2, tokens=4000))
+    assert "data.batch_rows=4 x grad_accum=2 (configured 1 x 8" in kinds["data"].notes[0]
+    odd = {c.kind: c.refused for c in candidates(4, 1, 4096, t, grad_accum=3)}
+    assert "nor do the step's 3 rows" in odd["data"] and not odd["seq"]
 
 
 def test_mesh_auto_in_yaml_and_overrides(tmp_path):
@@ -126,3 +142,21 @@ def test_run_with_mesh_auto_trains_data_parallel_with_sharded_moments(tmp_path):
     assert weight.sharding.is_fully_replicated and not mu.sharding.is_fully_replicated  # ZeRO-1
     saved = (tmp_path / "config.yaml").read_text()
     assert "auto: false" in saved and "data: 8" in saved and "optimizer_axes:\n  - data" in saved
+
+
+@pytest.mark.slow  # compiles 8-device steps and a one-device step
+def test_one_row_per_micro_step_re_split_over_data_parallel_trains_as_one_device(tmp_path):
+    """1 row x 8 micro steps (the shipped SimPO config's shape) over 8 devices: mesh auto takes the step's 8 rows
+    as one micro step of a row per device, and the losses equal one device's run of the configured split."""
+    shape = ["data.seq_len=64", "data.batch_rows=1", "grad_accum=8", "log_every=1"]
+    result = loop.run(load_config(None, TINY + [f"output_dir={tmp_path / 'auto'}"] + shape))
+    plan = json.loads((tmp_path / "auto" / "memory_plan.json").read_text())
+    assert plan["mesh_auto"]["chosen"] == {"data": 8, "fsdp": 1, "seq": 1, "tensor": 1}
+    assert "data.batch_rows=8 x grad_accum=1 (configured 1 x 8" in plan["mesh_auto"]["table"][2]
+    saved = (tmp_path / "auto" / "config.yaml").read_text()
+    assert "grad_accum: 1" in saved and "batch_rows: 8" in saved
+    one = [x for x in TINY if x != "mesh=auto"] + ["mesh.fsdp=1", f"output_dir={tmp_path / 'one'}"] + shape
+    single = loop.run(load_config(None, one))
+    assert result.final_step == single.final_step == 2
+    for key in ("loss", "grad_norm", "accuracy"):
+        assert result.last_metrics[key] == pytest.approx(single.last_metrics[key], rel=1e-5), key

@@ -1,5 +1,5 @@
-"""``loss.reduction``: ``upstream`` (SimPO: mean over each microbatch's pairs, then over microbatches; SFT: mean over
-the step's samples of per-sample token means) and
+"""``loss.reduction``: ``upstream`` (SimPO: mean over each row's pairs, then over the step's non-empty rows; SFT:
+mean over the step's samples of per-sample token means) and
 ``global_tokens`` (one mean over the global batch), each checked against a hand-computed reduction of per-item
 losses on a packed batch with accumulation 2 (loss value and gradient)."""
 
@@ -59,10 +59,9 @@ def _hand_upstream(cfg, codec, spec, params, batch):
         w = valid.astype(jnp.float32)
         return (per * w).sum() / w.sum()
     means = []
-    for m in range(cfg.grad_accum):  # microbatch m holds rows m, m + accum, ... (training.steps)
-        rows = np.arange(m, per.shape[0], cfg.grad_accum)
-        w = valid[rows].astype(jnp.float32)
-        means.append((per[rows] * w).sum() / w.sum())
+    for row in np.flatnonzero(np.asarray(batch["num_groups"]) > 0):  # a row is upstream's bucket, whichever
+        w = valid[row].astype(jnp.float32)                            # micro step runs it
+        means.append((per[row] * w).sum() / w.sum())
     return sum(means) / len(means)
 
 
@@ -93,6 +92,24 @@ def test_reduction_matches_hand_computation(stage, reduction):
     # the two reductions really differ on this batch (unequal microbatches)
     other = _hand_global if reduction == "upstream" else _hand_upstream
     assert abs(float(other(cfg, codec, spec, values, batch)) - float(expected)) > 1e-4
+
+
+@pytest.mark.parametrize("reduction", ["upstream", "global_tokens"])
+def test_reduction_does_not_depend_on_the_micro_step_split(reduction):
+    """The step's rows as 2 micro steps of 2 rows or as one of 4: the same loss and gradients, so ``mesh: auto``
+    may re-split a step's rows over data-parallel devices (parallel.mesh_choice) without changing training."""
+    cfg, codec, values, batch, spec = _setup("simpo", reduction)
+    one = load_config(None, BASE + ["stage=simpo", f"loss.reduction={reduction}", "data.batch_rows=4",
+                                    "grad_accum=1"], base=DEFAULT_CONFIG)
+    state = TrainState(jnp.zeros((), jnp.int32), values, {}, None)
+    out = []
+    for c in (cfg, one):
+        step = make_train_step(c, codec, make_optimizer(c.optim, 10), spec, lr_schedule(c.optim, 10))
+        out.append(jax.jit(step.gradients)(state, batch))
+    (g2, aux2), (g1, aux1) = out
+    np.testing.assert_allclose(aux2["objective"], aux1["objective"], rtol=1e-6)
+    for k in values:
+        np.testing.assert_allclose(g2[k], g1[k], rtol=2e-4, atol=1e-6, err_msg=k)  # fp32 sum order
 
 
 def test_simpo_hinge_loss():

@@ -87,7 +87,7 @@ def test_rows_layout_matches_packed_on_one_device(stage):
 @pytest.mark.slow  # compiling the 8-device SPMD step dominates
 def test_rows_layout_sharded_matches_single_device():
     assert len(jax.devices()) == 8
-    # global_tokens: 2 microbatches equal one pass (upstream's reduction depends on the split by design)
+    # 2 microbatches equal one pass (either reduction: tests/test_training_reduction.py checks upstream's too)
     cfg = load_config(None, BASE + CASES["bt"] + ["grad_accum=2", "data.batch_rows=6",
                                                   "loss.reduction=global_tokens"], base=DEFAULT_CONFIG)
     host, k = _host_batch(cfg)

@@ -18,13 +18,19 @@ memory plan fits):
   forward; the backward sends K/V again and their gradients dK/dV with them, ``ops.ring``).
 
 Rows: data and fsdp give each device whole rows, so they need ``batch_rows`` to be a multiple of N; seq splits
-every row and needs ``seq_len`` to be a multiple of 2N (zigzag halves). Counted per optimizer step (x grad_accum
+every row and needs ``seq_len`` to be a multiple of 2N (zigzag halves). Where ``batch_rows`` is not a multiple of
+N, data and fsdp may take the step's rows (``batch_rows x grad_accum``) in other micro steps: the fewest rows per
+micro step that are a multiple of N and divide the step's rows, ``grad_accum`` the rest (the shipped SimPO
+config's 1 x 8 rows over 4 GPUs: 4 x 2). The step trains the same rows with the same loss: both loss reductions
+are over the whole step, not per micro step (``training.steps``). Counted per optimizer step (x grad_accum
 micro steps) and per device, as XLA builds our step: the collectives inside the micro-step loop run every micro
 step. Latency and overlap are not modelled: the figure orders the candidates, it does not predict a step time.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 
 KINDS = ("data", "fsdp", "seq")
@@ -73,6 +79,7 @@ class Candidate:
     refused: str = ""
     chosen: bool = False
     notes: list = field(default_factory=list)
+    resplit: tuple[int, int] | None = None  # (data.batch_rows, grad_accum) the step's rows are taken in instead
 
     @property
     def label(self) -> str:
@@ -80,11 +87,41 @@ class Candidate:
         return f"{self.kind}={self.sizes[self.kind]}{zero}"
 
 
+def resplit_rows(n: int, batch_rows: int, grad_accum: int, group_rows: int = 1) -> tuple[int, int] | None:
+    """(rows per micro step, micro steps) taking the step's ``batch_rows x grad_accum`` rows with whole rows on
+    each of ``n`` devices: the fewest rows per micro step that are a multiple of ``n`` (and of ``group_rows``, the
+    rows of one preference group in the rows layout) and divide the step's rows; None where none does."""
+    step_rows, unit = batch_rows * grad_accum, math.lcm(n, group_rows)
+    for rows in range(unit, step_rows + 1, unit):
+        if step_rows % rows == 0:
+            return rows, step_rows // rows
+    return None
+
+
+def _whole_rows(cand: Candidate, n: int, batch_rows: int, grad_accum: int, group_rows: int,
+                traffic: StepTraffic) -> None:
+    """A data or fsdp candidate whose ``batch_rows`` do not split over ``n``: re-split the step's rows, or refuse."""
+    split = resplit_rows(n, batch_rows, grad_accum, group_rows)
+    if split is None:
+        cand.refused = (f"data.batch_rows {batch_rows} does not split into a row per device over {n}, nor do the "
+                        f"step's {batch_rows * grad_accum} rows (batch_rows x grad_accum)")
+        return
+    rows, accum = split
+    cand.resplit = split
+    per_row = traffic.tokens // batch_rows if batch_rows else 0
+    cand.bytes_per_step = bytes_moved(cand.kind, n, dataclasses.replace(traffic, micro_steps=accum,
+                                                                        tokens=per_row * rows))
+    cand.notes.append(f"the step's {batch_rows * grad_accum} rows as data.batch_rows={rows} x grad_accum={accum} "
+                      f"(configured {batch_rows} x {grad_accum}; the same rows and loss)")
+
+
 def candidates(n: int, batch_rows: int, seq_len: int, traffic: StepTraffic,
-               bucket_multiple: int | None = None) -> list[Candidate]:
+               bucket_multiple: int | None = None, grad_accum: int = 1, group_rows: int = 1) -> list[Candidate]:
     """The candidates over ``n`` devices, fewest bytes first (ties: the order of ``KINDS``), those the rows
     cannot take already refused; ``bucket_multiple``: what shorter buckets' lengths are multiples of (data with
-    several buckets), which the ring needs to divide too. One device: the one mesh, nothing to choose."""
+    several buckets), which the ring needs to divide too; ``grad_accum`` and ``group_rows`` (a preference group's
+    rows in the rows layout): what data and fsdp may re-split the step's rows by (``resplit_rows``). One device:
+    the one mesh, nothing to choose."""
     if n == 1:
         return [Candidate("fsdp", {"data": 1, "fsdp": 1, "seq": 1, "tensor": 1}, ["fsdp"], None, 0,
                           notes=["one device: nothing to choose"])]
@@ -94,7 +131,7 @@ def candidates(n: int, batch_rows: int, seq_len: int, traffic: StepTraffic,
         axes = {"data": ["fsdp"], "fsdp": ["fsdp"], "seq": ["fsdp", "seq"]}[kind]
         cand = Candidate(kind, sizes, axes, ["data"] if kind == "data" else None, bytes_moved(kind, n, traffic))
         if kind != "seq" and batch_rows % n:
-            cand.refused = f"data.batch_rows {batch_rows} does not split into a row per device over {n}"
+            _whole_rows(cand, n, batch_rows, grad_accum, group_rows, traffic)
         elif kind == "seq" and seq_len % (2 * n):
             cand.refused = f"data.seq_len {seq_len} is not a multiple of 2 x {n} (zigzag ring halves)"
         elif kind == "seq" and bucket_multiple and bucket_multiple % (2 * n):
@@ -120,11 +157,14 @@ def table(cands: list[Candidate], n: int, budget_text: str = "") -> list[str]:
     for c in cands:
         outcome = "chosen: " + "; ".join(c.notes) if c.chosen else (
             f"refused: {c.refused}" if c.refused else "not tried: a candidate moving fewer bytes fits")
+        if c.resplit and not c.chosen and not c.refused.startswith("data.batch_rows"):
+            outcome += f" (as data.batch_rows={c.resplit[0]} x grad_accum={c.resplit[1]})"
         lines.append(f"  {c.label:<17} {human(c.bytes_per_step):>18}  {outcome}")
     return lines
 
 
 def as_json(cands: list[Candidate]) -> list[dict]:
     return [{"kind": c.kind, "mesh": c.sizes, "param_axes": c.param_axes, "optimizer_axes": c.optimizer_axes,
-             "bytes_per_step": c.bytes_per_step, "chosen": c.chosen, "refused": c.refused, "notes": c.notes}
+             "bytes_per_step": c.bytes_per_step, "chosen": c.chosen, "refused": c.refused, "notes": c.notes,
+             "batch_rows_x_grad_accum": list(c.resplit) if c.resplit else None}
             for c in cands]

@@ -224,6 +224,8 @@ def _plan_step(cfg: TrainConfig, inputs: _RunInputs, tx, schedule, state_key):
     if cfg.mesh.auto:  # the mesh that fits and moves the fewest bytes per step (training.mesh_plan)
         auto = plan_auto_mesh(cfg, model_config(cfg, inputs.tokenizer), tx, schedule, first_spec, jax.devices(),
                               state_key)
+        if auto.cfg.data.batch_rows != cfg.data.batch_rows and inputs.eval_host:  # a micro step's rows re-split
+            inputs = dataclasses.replace(inputs, eval_host=eval_batches(auto.cfg, inputs.tokenizer))
         cfg, plan = auto.cfg, auto.plan
         inputs = dataclasses.replace(inputs, mesh=auto.mesh, seq_shards=int(auto.mesh.shape["seq"]))
         log_line("\n".join(auto.lines()))

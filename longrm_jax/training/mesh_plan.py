@@ -40,10 +40,15 @@ class AutoMesh:
 
 
 def resolved(cfg: TrainConfig, cand: mesh_choice.Candidate) -> TrainConfig:
-    """``cfg`` with the mesh of ``cand`` in place of ``auto``."""
+    """``cfg`` with the mesh of ``cand`` in place of ``auto``, and the step's rows re-split where ``cand`` takes
+    them in other micro steps (``Candidate.resplit``)."""
     section = MeshSection(auto=False, param_axes=list(cand.param_axes), optimizer_axes=cand.optimizer_axes,
                           **cand.sizes)
-    return dataclasses.replace(cfg, mesh=section)
+    cfg = dataclasses.replace(cfg, mesh=section)
+    if cand.resplit:
+        rows, accum = cand.resplit
+        cfg = dataclasses.replace(cfg, grad_accum=accum, data=dataclasses.replace(cfg.data, batch_rows=rows))
+    return cfg
 
 
 def step_traffic(cfg: TrainConfig, mcfg, tx, key) -> mesh_choice.StepTraffic:
@@ -77,8 +82,9 @@ def plan_auto_mesh(cfg: TrainConfig, mcfg, tx, schedule, spec, devices, key, *,
     """Choose the mesh for ``cfg`` (``mesh.auto``) over ``devices``: the candidate moving the fewest bytes per
     step whose memory plan fits. Raises ``MemoryPlanError`` with the table when none does."""
     d = cfg.data
+    group_rows = 1 + d.num_rejects if d.layout == "rows" and cfg.stage != "sft" else 1
     cands = mesh_choice.candidates(len(devices), d.batch_rows, d.seq_len, step_traffic(cfg, mcfg, tx, key),
-                                   d.bucket_multiple if d.num_buckets > 1 else None)
+                                   d.bucket_multiple if d.num_buckets > 1 else None, cfg.grad_accum, group_rows)
     last = None
     for cand in cands:
         if cand.refused:

@@ -6,16 +6,17 @@ A step receives a prepared batch (see ``training.batches``): [B, T] arrays ``inp
 one group of k sequences per row.
 
 Loss reduction (``loss.reduction``):
-- ``upstream`` (default): as the upstream trainer. SimPO / BT, where upstream's micro-step is one bucket: the
-  loss of a microbatch (``B / grad_accum`` rows) is the mean over its pairs, and the step's loss the mean over its
-  non-empty microbatches (upstream's bucket mean with our microbatch as the bucket). SFT, where upstream's
-  micro-step is one sample: the mean over the step's samples of each sample's token-mean NLL, whatever their
-  lengths and however they were packed into rows and microbatches (a packed row of 2 samples and one of 1 weigh
-  their 3 samples alike).
+- ``upstream`` (default): as the upstream trainer. SimPO / BT, where upstream's micro-step is one bucket (one
+  packed row, run by the whole ring group; data-parallel groups then average their buckets' losses): the loss of
+  a row is the mean over its pairs, and the step's loss the mean over its non-empty rows, with a row as the
+  bucket. SFT, where upstream's micro-step is one sample: the mean over the step's samples of each sample's
+  token-mean NLL, whatever their lengths and however they were packed into rows and microbatches (a packed row
+  of 2 samples and one of 1 weigh their 3 samples alike).
 - ``global_tokens``: sums over the microbatch divided by the count over the *whole* global batch (trained
   tokens for SFT, valid groups for SimPO / BT): every token (SFT) or pair weighs the same, independent of how
   the rows were packed or split into microbatches.
-Both are exact under any sharding: counts are global (``upstream``: per microbatch, over every device).
+Both are exact under any sharding and any split of the step's rows into micro steps (``grad_accum``): the
+counts are over the whole step, so ``mesh: auto`` may re-split a step's rows (``parallel.mesh_choice``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,14 @@ def item_count(batch: dict, spec: StageSpec) -> jax.Array:
     return jnp.maximum(jnp.minimum(batch["num_groups"], spec.max_groups).astype(jnp.float32).sum(), 1.0)
 
 
+def row_weights(batch: dict, spec: StageSpec) -> jax.Array:
+    """[B] weight of each pair of each row under ``upstream``'s SimPO / BT reduction (a row is upstream's bucket):
+    1 / (the row's pairs x the batch's non-empty rows); 0 for an empty row."""
+    per_row = jnp.minimum(batch["num_groups"], spec.max_groups).astype(jnp.float32)
+    nonempty = jnp.maximum((per_row > 0).sum().astype(jnp.float32), 1.0)
+    return jnp.where(per_row > 0, 1.0 / (jnp.maximum(per_row, 1.0) * nonempty), 0.0)
+
+
 def batch_count(batch: dict, spec: StageSpec, reduction: str = "global_tokens") -> jax.Array:
     """Normaliser of the summed metrics over a (global) batch: trained tokens (sft with ``global_tokens``) or
     items (valid groups / samples)."""
@@ -81,7 +90,7 @@ def group_values(model, batch: dict, spec: StageSpec, chunk_tokens: int):
     if spec.slotted:
         # One sequence per row: rows [B * k, L], each its own segment 1; the model sees no segment ids (right
         # padding needs no mask under a causal one, and pad tokens carry no loss).
-        rows = {k: v.reshape((-1, v.shape[-1])) for k, v in batch.items() if k != "num_groups"}
+        rows = {k: v.reshape((-1, v.shape[-1])) for k, v in batch.items() if k not in ("num_groups", "pair_weight")}
         seg, attn_seg, num_segments = (rows["segment_ids"] > 0).astype(jnp.int32), None, 1
     else:
         rows, num_segments = batch, spec.num_segments
@@ -123,7 +132,8 @@ def lm_head_on_all_tokens() -> bool:
 
 def loss_sums(model, batch: dict, lc: LossSection, spec: StageSpec) -> tuple[jax.Array, dict]:
     """(summed loss, summed metrics) over a microbatch. SFT sums token NLLs (``global_tokens``) or per-sample
-    token means (``upstream``)."""
+    token means (``upstream``). SimPO / BT: a batch carrying ``pair_weight`` ([B], ``row_weights``) weighs each
+    row's pairs by it in the loss (not in the metrics)."""
     if spec.stage == "sft":
         lp = token_logprobs(model, batch, lc.chunk_tokens)
         if lc.reduction == "upstream":
@@ -145,9 +155,9 @@ def loss_sums(model, batch: dict, lc: LossSection, spec: StageSpec) -> tuple[jax
                                         center_rewards_coefficient=lc.center_rewards_coefficient)
         rc, rr = chosen, rejected.mean(-1)
     w = valid.astype(jnp.float32)
-    total = (per * w).sum()
+    total = (per * w * batch["pair_weight"][:, None]).sum() if "pair_weight" in batch else (per * w).sum()
     sums = {
-        "loss": total,
+        "loss": (per * w).sum(),
         "chosen_reward": (rc * w).sum(),
         "rejected_reward": (rr * w).sum(),
         "accuracy": ((rc > rr) * w).sum(),
@@ -204,16 +214,14 @@ def make_train_step(cfg: TrainConfig, codec: ParamCodec, tx, spec: StageSpec, sc
 
     def gradients(state: TrainState, batch: dict):
         norm = batch_count(batch, spec, reduction)
-        if reduction == "upstream":  # the mean over non-empty microbatches of each one's item mean
-            per_micro = jnp.minimum(batch["num_groups"], spec.max_groups).reshape(-1, accum).sum(0)
-            nonempty = jnp.maximum((per_micro > 0).sum().astype(jnp.float32), 1.0)
+        per_row = reduction == "upstream" and spec.stage != "sft"
+        if per_row:  # the mean over the step's non-empty rows of each row's pair mean: weights over the whole step
+            batch = batch | {"pair_weight": row_weights(batch, spec)}
 
         def micro_loss(params, mb):
             model = step_model(codec, cfg, params, state.frozen)
             total, sums = loss_sums(model, mb, cfg.loss, spec)
-            if reduction == "upstream" and spec.stage != "sft":
-                return total / item_count(mb, spec) / nonempty, sums
-            return total / norm, sums  # global_tokens, and upstream SFT: samples of the step alike
+            return (total if per_row else total / norm), sums  # global_tokens / upstream SFT: over the step
 
         grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
         if accum == 1:

@@ -12,6 +12,11 @@
 #             the same-machine comparison for that change.
 # On a machine of N GPUs the all-GPU parts are named shippedN / prevN (session 23: 2 x H200).
 # PARTS picks (default "shippedN shipped1"); everything lands in $OUT/shipped_simpo_node.tgz as it goes, the traces beside it.
+# GA (default 1): grad_accum, rows per optimizer step. With GA a multiple of the GPUs, mesh auto may give every
+# GPU whole rows (data parallel, the step's rows re-split: parallel.mesh_choice) instead of the ring.
+# STEPS (default 3) and PROFILE_AT (default 3): steps per run and the profiled step. ONE_GPU_SETS (default: what
+# remat auto chose for shipped1 in session 25, `model.remat=full model.mlp_chunk_tokens=8192`, so no candidate
+# compiles) replaces shipped1's remat settings; ONE_GPU_SETS="--set model.remat=auto" lets auto choose again.
 # Run: bash scripts/device/run.sh shipped_simpo_node
 source scripts/device/common.sh
 OUTF=$OUT; W=/tmp/wx; mkdir -p $W; START=$(date +%s); BUDGET_S=${BUDGET_S:-580}; PARTS=${PARTS:-"shippedN shipped1"}
@@ -19,10 +24,11 @@ N=$(nvidia-smi -L | wc -l)
 left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee $W/gpus.txt
 SETS=(--set model.init=null --set model.preset=qwen3_8b --set data.source=synthetic --set data.eval_source=null
-      --set data.tokenizer=null --set grad_accum=1 --set data.num_train=64
-      --set "data.synthetic={lengths: [20000, 60000]}" --set steps=3 --set log_every=1 --set eval_before=false
+      --set data.tokenizer=null --set grad_accum=${GA:-1} --set data.num_train=64
+      --set "data.synthetic={lengths: [20000, 60000]}" --set steps=${STEPS:-3} --set log_every=1 --set eval_before=false
       --set eval_after=false --set checkpoint.every=0 --set checkpoint.at_end=false --set tensorboard=false
-      --set progress=false --set profile.start=3 --set profile.steps=1)
+      --set progress=false --set profile.start=${PROFILE_AT:-3} --set profile.steps=1)
+ONE_GPU=(${ONE_GPU_SETS:---set model.remat=full --set model.mlp_chunk_tokens=8192})
 one() {  # one NAME LIMIT_S [--set ...]
   local name=$1 t=$2; shift 2
   [ $(left) -lt $t ] && t=$(( $(left) - 5 ))
@@ -43,7 +49,7 @@ for p in $PARTS; do
     shippedN) one shipped$N 300 ;;
     prevN) ln -sfn ../configs .prev/configs; PKG_DIR=.prev one prev$N 300
            (cd .prev && python3 -c "import longrm_jax.ops.ring as r; print('prev ring', r.__file__, 'skips' if hasattr(r, 'segments_meet') else 'no skip')") | tee -a $W/summary.txt ;;
-    shipped1) CUDA_VISIBLE_DEVICES=0 one shipped1 300 --set model.remat=auto --set optim.offload_state=true ;;
+    shipped1) CUDA_VISIBLE_DEVICES=0 one shipped1 ${ONE_GPU_S:-300} "${ONE_GPU[@]}" --set optim.offload_state=true ;;
   esac
 done
 cp $W/summary.txt $OUTF/; tar czf $OUTF/shipped_simpo_node.tgz -C $W .; cat $W/summary.txt
