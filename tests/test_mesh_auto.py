@@ -160,3 +160,31 @@ def test_one_row_per_micro_step_re_split_over_data_parallel_trains_as_one_device
     assert result.final_step == single.final_step == 2
     for key in ("loss", "grad_norm", "accuracy"):
         assert result.last_metrics[key] == pytest.approx(single.last_metrics[key], rel=1e-5), key
+
+
+@pytest.mark.parametrize("fsdp_share, chosen", [(0.5, "fsdp"), (0.95, "data")])
+def test_a_tight_fit_gives_way_to_one_with_room(monkeypatch, tmp_path, fsdp_share, chosen):
+    """Data parallel fitting at 99% of the budget (as ZeRO-1 did before running out of memory on an H200) gives
+    way to FSDP at half the budget, though FSDP moves more bytes; when every candidate is tight, bytes decide."""
+    from longrm_jax.training import mesh_plan
+    from longrm_jax.training.memory_plan import ProgramMemory, StepPlan
+
+    budget = 100 * 2**20
+
+    def fake_plan(run_cfg, *args, **kwargs):
+        share = 0.99 if run_cfg.mesh.data > 1 else fsdp_share
+        program = ProgramMemory("gradients", resident=int(share * budget), inputs=0, outputs=0, aliased=0, temp=0)
+        return StepPlan("full", None, [program], ["full"], budget=budget)
+
+    monkeypatch.setattr(mesh_plan, "plan_train_step", fake_plan)
+    cfg = load_config(None, TINY + [f"output_dir={tmp_path}", "data.seq_len=64", "data.batch_rows=8"])
+    monkeypatch.setattr(mesh_plan, "step_traffic", lambda *a: StepTraffic(GB, GB, tokens=512, kv_bytes_per_token=100))
+    auto = mesh_plan.plan_auto_mesh(cfg, None, None, None, None, jax.devices(), jax.random.key(0))
+    kinds = {c.kind: c for c in auto.candidates}
+    assert kinds[chosen].chosen and auto.mesh.shape[chosen] == 8
+    lines = "\n".join(auto.lines())
+    assert "tight: within 8% of the budget of 100.00 MiB" in lines
+    if chosen == "fsdp":
+        assert "not taken: fits, predicted peak 99.00 MiB" in lines and "with room to spare" in lines
+    else:
+        assert "all tight" in lines

@@ -155,12 +155,20 @@ def table(cands: list[Candidate], n: int, budget_text: str = "") -> list[str]:
             f"mesh auto over {n} device(s): no candidate fits") + (f" ({budget_text})" if budget_text else "")
     lines = [head, f"  {'candidate':<17} {'moved/step/device':>18}  outcome"]
     for c in cands:
-        outcome = "chosen: " + "; ".join(c.notes) if c.chosen else (
-            f"refused: {c.refused}" if c.refused else "not tried: a candidate moving fewer bytes fits")
-        if c.resplit and not c.chosen and not c.refused.startswith("data.batch_rows"):
-            outcome += f" (as data.batch_rows={c.resplit[0]} x grad_accum={c.resplit[1]})"
-        lines.append(f"  {c.label:<17} {human(c.bytes_per_step):>18}  {outcome}")
+        lines.append(f"  {c.label:<17} {human(c.bytes_per_step):>18}  {_outcome(c)}")
     return lines
+
+
+def _outcome(c: Candidate) -> str:
+    """Why ``c`` was taken, refused, passed over (it fits, but tight) or not tried."""
+    if c.chosen:
+        return "chosen: " + "; ".join(c.notes)
+    if c.notes and c.notes[0].startswith("fits"):
+        return "not taken: " + "; ".join(c.notes)
+    split = f" (as data.batch_rows={c.resplit[0]} x grad_accum={c.resplit[1]})" if c.resplit else ""
+    if c.refused:
+        return f"refused: {c.refused}{split}"
+    return "not tried: a candidate moving fewer bytes fits" + split
 
 
 def as_json(cands: list[Candidate]) -> list[dict]:

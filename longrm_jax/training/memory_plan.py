@@ -246,6 +246,7 @@ class StepPlan:
     bound: LowerBound | None = None  # what the plan knew before compiling
     offloaded_layers: int | None = None  # model.offloaded_layers of the chosen step (None: every layer)
     mesh_auto: dict | None = None  # mesh: auto's choice and candidates (training.mesh_plan)
+    budget: int | None = None  # the device budget the step was planned against (bytes per device)
 
     def write(self, path: str) -> None:
         """The plan as JSON (``<output_dir>/memory_plan.json``): chosen remat, candidates tried, per program."""
@@ -301,7 +302,7 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
         raise err.with_line(budget_line) from None
     remat, chunk = parse_candidate(chosen, mcfg.mlp_chunk_tokens)
     return StepPlan(remat, compiled, programs, tried, chunk, mesh.devices.flat[0].device_kind, bound,
-                    compile_for.offloaded_layers(chosen))
+                    compile_for.offloaded_layers(chosen), budget=budget)
 
 
 def _budgets(cfg, mesh, device_bytes: int | None) -> tuple[int | None, int | None, str | None]:

@@ -7,6 +7,10 @@ bound (weights + gradients + optimizer state per device + batch + the layer inpu
 keeps) refuses a hopeless candidate before anything compiles, so a replicated 8B state on 80 GB GPUs costs no
 compile. The chosen candidate's compiled step is the run's (no second compile).
 
+A candidate that fits with less than ``TIGHT_SHARE`` of the budget to spare is taken only when no other
+candidate fits with more: bytes per step order candidates whose step times barely differ, while a step at the edge
+of the memory can fail at run time (docs/perf_training.md, "The shipped SimPO config on four GPUs").
+
 The result: the config with the mesh section resolved (explicit sizes, ``param_axes``, ``optimizer_axes``), the
 mesh, the step's plan, and the candidates with their outcomes (printed as a table by the trainer and by
 ``--compile-only``, written to memory_plan.json under ``"mesh_auto"``).
@@ -26,6 +30,12 @@ from longrm_jax.parallel.mesh import MESH_AXES, make_mesh
 from longrm_jax.training.config_schema import TrainConfig
 from longrm_jax.training.memory_plan import MemoryPlanError, StepPlan, plan_train_step, predicted_peak
 from longrm_jax.training.mesh_config import MeshSection
+
+
+# A fitting candidate this close to the budget is "tight": fewer bytes per step do not outweigh the risk. Measured:
+# ZeRO-1 data parallel at 127.4 of 128.8 GiB (Qwen3-8B fp32 weights, a 128,000-token row per H200) ran out of
+# memory at run time allocating its 74 GiB of temporaries; FSDP's step at about 100 GiB ran.
+TIGHT_SHARE = 0.08
 
 
 @dataclass
@@ -85,7 +95,7 @@ def plan_auto_mesh(cfg: TrainConfig, mcfg, tx, schedule, spec, devices, key, *,
     group_rows = 1 + d.num_rejects if d.layout == "rows" and cfg.stage != "sft" else 1
     cands = mesh_choice.candidates(len(devices), d.batch_rows, d.seq_len, step_traffic(cfg, mcfg, tx, key),
                                    d.bucket_multiple if d.num_buckets > 1 else None, cfg.grad_accum, group_rows)
-    last = None
+    last, tight = None, None
     for cand in cands:
         if cand.refused:
             continue
@@ -96,19 +106,32 @@ def plan_auto_mesh(cfg: TrainConfig, mcfg, tx, schedule, spec, devices, key, *,
         except MemoryPlanError as err:
             cand.refused, last = _why_not(err), err
             continue
-        cand.chosen = True
-        cand.notes.insert(0, f"fits, predicted peak {mesh_choice.human(predicted_peak(plan.programs))} per device "
-                             f"(model.remat={plan.remat})")
-        if len(cands) > 1:
-            cand.notes.append("the fewest bytes of those that fit")
-        same_choice_everywhere(cand.sizes)
-        plan.mesh_auto = {"chosen": cand.sizes, "candidates": mesh_choice.as_json(cands),
-                          "table": mesh_choice.table(cands, len(devices))}
-        return AutoMesh(run_cfg, mesh, plan, cands)
+        peak = predicted_peak(plan.programs)
+        cand.notes.insert(0, f"fits, predicted peak {mesh_choice.human(peak)} per device (model.remat={plan.remat})")
+        if plan.budget is not None and peak > (1 - TIGHT_SHARE) * plan.budget:
+            cand.notes.append(f"tight: within {TIGHT_SHARE:.0%} of the budget of {mesh_choice.human(plan.budget)}")
+            tight = tight or (cand, run_cfg, mesh, plan)
+            continue
+        return _take(cand, run_cfg, mesh, plan, cands, devices, "the fewest bytes of those that fit"
+                     + (" with room to spare" if tight else ""))
+    if tight:
+        return _take(*tight, cands, devices, "the only candidate that fits" if sum(
+            not c.refused for c in cands) == 1 else "the fewest bytes of those that fit, all tight")
     table = "\n".join(mesh_choice.table(cands, len(devices)))
     raise MemoryPlanError(f"mesh auto: no mesh over {len(devices)} device(s) fits\n{table}"
                           + (f"\nthe last one tried: {last}" if last is not None else ""),
                           last.tried if last is not None else [], last.last if last is not None else None)
+
+
+def _take(cand, run_cfg, mesh, plan, cands, devices, why: str) -> AutoMesh:
+    """The chosen candidate as the run's mesh, the choice recorded in its plan."""
+    cand.chosen = True
+    if len(cands) > 1:
+        cand.notes.append(why)
+    same_choice_everywhere(cand.sizes)
+    plan.mesh_auto = {"chosen": cand.sizes, "candidates": mesh_choice.as_json(cands),
+                      "table": mesh_choice.table(cands, len(devices))}
+    return AutoMesh(run_cfg, mesh, plan, cands)
 
 
 def same_choice_everywhere(sizes: dict) -> None:
