@@ -108,7 +108,7 @@ def plan_auto_mesh(cfg: TrainConfig, mcfg, tx, schedule, spec, devices, key, *,
             continue
         peak = predicted_peak(plan.programs)
         cand.notes.insert(0, f"fits, predicted peak {mesh_choice.human(peak)} per device (model.remat={plan.remat})")
-        if plan.budget is not None and peak > (1 - TIGHT_SHARE) * plan.budget:
+        if len(cands) > 1 and plan.budget is not None and peak > (1 - TIGHT_SHARE) * plan.budget:
             cand.notes.append(f"tight: within {TIGHT_SHARE:.0%} of the budget of {mesh_choice.human(plan.budget)}")
             tight = tight or (cand, run_cfg, mesh, plan)
             continue
