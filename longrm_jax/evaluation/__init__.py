@@ -12,5 +12,10 @@ Modules, from inputs to outputs:
   ``seq`` axis.
 * ``judging``: model outputs -> per-sample predictions; ``metrics``: upstream ``results.csv`` rows, AUC,
   both-orders agreement; ``plots``: accuracy by length, needle heatmap.
+* ``longform``: Long-form RewardBench judging (the upstream, pointwise and joint protocols).
+* ``partial``: per-task predictions journaled for ``--resume``; ``outputs``: results.json, results.csv,
+  predictions.jsonl; ``timings``: the run's phase seconds and counts, returned by each part and added up.
+* ``replicas``: one process per GPU, each on a share of the samples, merged into one run's outputs.
+* ``cli_args``: the evaluator's flags; ``compile_only``: evaluation programs compiled for a topology.
 * ``runner``: ``EvalConfig`` and ``run_evaluation`` (the CLI is ``python -m longrm_jax.evaluate``).
 """

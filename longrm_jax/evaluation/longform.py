@@ -35,7 +35,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from longrm_jax.evaluation.encoding import maybe_truncate
-from longrm_jax.evaluation.grm.generator import add_timings, make_generator, simulated_budgets
+from longrm_jax.evaluation.grm.generator import make_generator, simulated_budgets
+from longrm_jax.evaluation.timings import Timings
 from longrm_jax.evaluation.judging import base_prediction
 from longrm_jax.evaluation.samples import LONG_FORM, EvalSample
 
@@ -201,15 +202,15 @@ def pointwise_prediction(sample: EvalSample, outputs: Sequence[str], num_tokens:
     return record
 
 
-def run_pointwise_grm(cfg, samples: list[EvalSample], model, tokenizer, mesh) -> list[dict]:
-    """Judge every answer of every Long-form sample on its own, greedy, under ``cfg.longform_protocol``
+def run_pointwise_grm(cfg, samples: list[EvalSample], model, tokenizer, mesh) -> tuple[list[dict], Timings]:
+    """(predictions, the generator's timings): judge every answer of every Long-form sample on its own, greedy, under ``cfg.longform_protocol``
     (upstream: ``cfg.longform_max_new_tokens`` or 1,024 new tokens; pointwise: ``cfg.max_new_tokens``)."""
     protocol = cfg.longform_protocol
     if protocol not in ("upstream", "pointwise"):
         raise ValueError(f"judging each response alone needs protocol upstream or pointwise, not {protocol!r}")
     if any(s.benchmark != LONG_FORM for s in samples):
         raise ValueError("the pointwise protocols are for Long-form RewardBench records")
-    if protocol == "upstream":  # the same timings dict: the replaced config accumulates into the run's
+    if protocol == "upstream":
         cfg = dataclasses.replace(cfg, max_new_tokens=cfg.longform_max_new_tokens or UPSTREAM_MAX_NEW_TOKENS)
     prompts, owners, cuts = [], [], []
     for s_index, sample in enumerate(samples):
@@ -220,7 +221,6 @@ def run_pointwise_grm(cfg, samples: list[EvalSample], model, tokenizer, mesh) ->
             cuts.append(cut)
     generator = make_generator(cfg, model, tokenizer, mesh)
     generations = generator.generate(prompts, progress=cfg.progress, budgets=simulated_budgets(cfg, prompts))
-    add_timings(cfg, generator.timings)
     texts = [tokenizer.hf.decode(g.tokens.tolist(), skip_special_tokens=True) for g in generations]
     predictions = []
     for s_index, sample in enumerate(samples):
@@ -228,4 +228,4 @@ def run_pointwise_grm(cfg, samples: list[EvalSample], model, tokenizer, mesh) ->
         predictions.append(pointwise_prediction(sample, [texts[i] for i in members],
                                                 [len(prompts[i]) for i in members], [cuts[i] for i in members],
                                                 protocol))
-    return predictions
+    return predictions, Timings(generator.timings)

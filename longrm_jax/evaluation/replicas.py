@@ -36,6 +36,7 @@ from longrm_jax.cli_support import visible_gpu_ids
 from longrm_jax.evaluation.grm.estimate import DEVICES, prefill_flops
 from longrm_jax.evaluation.grm.slot_plan import kv_cache_bytes, plan_slots
 from longrm_jax.evaluation.samples import EvalSample
+from longrm_jax.evaluation.timings import Timings
 from longrm_jax.parallel.topology import GiB
 
 logger = logging.getLogger(__name__)
@@ -338,10 +339,10 @@ def merged_slow_paths(save_path: str, replicas: int) -> dict[str, int]:
 
 
 def judge_on_replicas(cfg, samples: list[EvalSample], replica_argv: Callable[[str, str], list[str]]
-                      ) -> tuple[dict[tuple[str, int], dict], list[EvalSample], int] | None:
+                      ) -> tuple[dict[tuple[str, int], dict], list[EvalSample], int, Timings] | None:
     """Judge ``samples`` with one process per device (:func:`plan_replicas` on ``cfg``, an ``EvalConfig``):
     (predictions by (file, row) of the samples the replicas judged, the samples too long for one device, left
-    to the caller's seq mesh, the number of devices); the replicas' merged timings go to ``cfg.timings``. None
+    to the caller's seq mesh, the number of devices, the replicas' merged timings). None
     when the plan is one program (the caller judges every sample in this process)."""
     from longrm_jax.hf.load import read_hf_config
     from longrm_jax.models.config import from_hf_config
@@ -361,6 +362,7 @@ def judge_on_replicas(cfg, samples: list[EvalSample], replica_argv: Callable[[st
         logger.info("replicas: %d of %d samples are too long for one device: judged after the replicas over a "
                     "seq mesh of %d devices", len(too_long), len(samples), len(devices))
     predictions: dict[tuple[str, int], dict] = {}
+    timings = Timings()
     if fitting:
         costs = [sample_cost(s, config, is_disrm=cfg.is_disrm, both_orders=cfg.both_orders,
                              max_new_tokens=cfg.max_new_tokens, share_prompt=cfg.share_prompt) for s in fitting]
@@ -370,7 +372,7 @@ def judge_on_replicas(cfg, samples: list[EvalSample], replica_argv: Callable[[st
         begin = time.time()
         run_replicas(save, list(shares), list(used), replica_argv, progress=cfg.progress)
         predictions = merged_predictions(save, fitting, len(shares))
-        cfg.timings.update(merged_timings(save, len(shares)))
-        cfg.timings["judging_wall_s"] = time.time() - begin  # processes started, run and merged
+        timings.set(**merged_timings(save, len(shares)))
+        timings.set(judging_wall_s=time.time() - begin)  # processes started, run and merged
         slow_paths.add_counts(merged_slow_paths(save, len(shares)))
-    return predictions, too_long, len(devices)
+    return predictions, too_long, len(devices), timings

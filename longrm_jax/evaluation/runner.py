@@ -40,7 +40,6 @@ from longrm_jax.evaluation.encoding import (
     load_chat_tokenizers,
 )
 from longrm_jax.evaluation.grm.generation import prepare_for_decoding
-from longrm_jax.evaluation.grm.generator import add_timings
 from longrm_jax.evaluation.grm.queue import judge_grm_files
 from longrm_jax.evaluation.judging import disrm_prediction, judged_orders
 from longrm_jax.evaluation.outputs import summarize, write_outputs
@@ -55,6 +54,7 @@ from longrm_jax.evaluation.samples import (
 )
 from longrm_jax.evaluation.scoring import DisRMScorer
 from longrm_jax.evaluation.shared_prompt import SharedPromptScorer
+from longrm_jax.evaluation.timings import Timings
 from longrm_jax.hf.load import CheckpointError, load_pretrained, read_hf_config
 from longrm_jax.ops import slow_paths
 from longrm_jax.parallel.mesh import make_mesh
@@ -113,7 +113,6 @@ class EvalConfig:
     longform_protocol: str = "upstream"
     longform_max_new_tokens: int | None = None  # Long-form upstream protocol: None -> 1,024 (its script's)
     chat_template: str | None = None  # Jinja template file replacing (or supplying) the tokenizer's
-    timings: dict = dataclasses.field(default_factory=dict)  # filled by the run: phase seconds, token counts
 
     def resolved_save_path(self) -> str:
         if self.save_path:
@@ -225,8 +224,10 @@ def _progress(items, cfg: EvalConfig, desc: str):
     return tqdm(items, desc=desc, unit="sample", disable=not cfg.progress)
 
 
-def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh, run_samples: int = 0) -> list[dict]:
-    """Scores of one task file's ``samples``; ``run_samples``: samples in the whole run (bucket planning)."""
+def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh,
+              run_samples: int = 0) -> tuple[list[dict], Timings]:
+    """(predictions, timings) of one task file's ``samples``; ``run_samples``: samples in the whole run (bucket
+    planning)."""
     sequences, owners, truncated = [], [], []
     step = 16  # samples per tokenizer batch (the Rust tokenizer spreads a batch over the cores)
     with _progress(samples, cfg, "tokenizing") as bar:
@@ -250,28 +251,31 @@ def run_disrm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh
         repeats = max(1.0, run_samples / max(1, len(samples)))
         for s_index, group_scores in enumerate(shared.score_groups(groups, progress=cfg.progress, repeats=repeats)):
             scores[per_sample[s_index]] = group_scores
-        add_timings(cfg, shared.timings)
+        timings = Timings(shared.timings)
     else:
         if cfg.share_prompt:
             logger.warning("--share-prompt needs a single device; scoring every sequence whole")
         scorer = DisRMScorer(model, pad_id, batch_size=cfg.batch_size or 4, max_batch_tokens=cfg.max_batch_tokens,
                              mesh=mesh)
         scores = scorer.score(sequences, progress=cfg.progress)
+        timings = Timings()
     predictions = []
     for s_index, sample in enumerate(samples):
         members = per_sample[s_index]
         predictions.append(disrm_prediction(
             sample, [float(scores[i]) for i in members], judged_orders(sample, cfg.both_orders),
             [len(sequences[i]) for i in members], [truncated[i] for i in members]))
-    return predictions
+    return predictions, timings
 
 
-def run_grm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh, partial=None) -> list[dict]:
-    """Judgements of one task file's ``samples`` (the ``--queue per-task`` schedule); ``partial``
+def run_grm(cfg: EvalConfig, samples: list[EvalSample], model, tokenizer, mesh,
+            partial=None) -> tuple[list[dict], Timings]:
+    """(judgements, timings) of one task file's ``samples`` (the ``--queue per-task`` schedule); ``partial``
     (:class:`PartialResults`) journals finished samples (default: under the run's save path)."""
     partial = partial or PartialResults(os.path.join(cfg.resolved_save_path(), "partial"), result_settings(cfg))
     path = samples[0].file
-    return judge_grm_files(cfg, [(path, samples)], model, tokenizer, mesh, partial)[path]
+    by_path, timings = judge_grm_files(cfg, [(path, samples)], model, tokenizer, mesh, partial)
+    return by_path[path], timings
 
 
 def _by_file(samples: list[EvalSample]) -> list[tuple[str, list[EvalSample]]]:
@@ -286,40 +290,41 @@ def run_evaluation(cfg: EvalConfig, replica_argv=None) -> dict:
     ``replica_argv(save_dir, samples_file)``: the command-line arguments of a replica process (the CLI gives
     it); with it, ``cfg.replicas`` may share the samples out to one process per GPU (evaluation.replicas)."""
     started = time.time()
-    samples, grm_tokenizer, disrm_tokenizer = prepare_run(cfg)
+    cfg, samples, grm_tokenizer, disrm_tokenizer = prepare_run(cfg)
     if replica_argv is not None:
         routed = replicas.judge_on_replicas(cfg, samples, replica_argv)
         if routed is not None:
-            by_place, too_long, devices = routed
+            by_place, too_long, devices, timings = routed
             if too_long:
-                by_place.update(judge_long_on_mesh(cfg, too_long, devices, grm_tokenizer, disrm_tokenizer))
+                begin = time.time()
+                long_predictions, long_timings = judge_long_on_mesh(cfg, too_long, devices, grm_tokenizer,
+                                                                    disrm_tokenizer)
+                by_place.update(long_predictions)
+                timings.set(long_samples=len(too_long), long_judging_s=time.time() - begin,
+                            long_timings=long_timings)
             predictions = [by_place[(s.file, s.row)] for s in samples]
-            return finish_run(cfg, samples, predictions, started,
-                              device_kind=cfg.timings.get("device") if not too_long else None)
-    predictions = judge_samples(cfg, samples, grm_tokenizer, disrm_tokenizer)
-    return finish_run(cfg, samples, predictions, started)
+            return finish_run(cfg, samples, predictions, started, timings,
+                              device_kind=timings.get("device") if not too_long else None)
+    predictions, timings = judge_samples(cfg, samples, grm_tokenizer, disrm_tokenizer)
+    return finish_run(cfg, samples, predictions, started, timings)
 
 
 def judge_long_on_mesh(cfg: EvalConfig, samples: list[EvalSample], devices: int, grm_tokenizer,
-                       disrm_tokenizer) -> dict[tuple[str, int], dict]:
-    """Predictions by (file, row) of the samples too long for one replica's device, judged in this process by one
+                       disrm_tokenizer) -> tuple[dict[tuple[str, int], dict], Timings]:
+    """(predictions by (file, row), timings) of the samples too long for one replica's device, judged in this process by one
     program whose ``seq`` axis spans ``devices`` devices (ring-attention prefill, the cache split along the
     sequence; fsdp takes any devices left), as ``--mesh seq=N`` runs; its journals under
     SAVE_PATH/replicas/long/ (``--resume`` works)."""
     save = os.path.join(cfg.resolved_save_path(), replicas.REPLICA_DIR, "long")
     os.makedirs(save, exist_ok=True)
-    long_cfg = dataclasses.replace(cfg, mesh={"seq": devices, "fsdp": -1}, save_path=save, share_prompt=False,
-                                   timings={})
-    begin = time.time()
-    predictions = judge_samples(long_cfg, samples, grm_tokenizer, disrm_tokenizer)
-    cfg.timings.update(long_samples=len(samples), long_judging_s=time.time() - begin,
-                       long_timings=long_cfg.timings)
-    return {(p["file"], p["row"]): p for p in predictions}
+    long_cfg = dataclasses.replace(cfg, mesh={"seq": devices, "fsdp": -1}, save_path=save, share_prompt=False)
+    predictions, timings = judge_samples(long_cfg, samples, grm_tokenizer, disrm_tokenizer)
+    return {(p["file"], p["row"]): p for p in predictions}, timings
 
 
 def prepare_run(cfg: EvalConfig):
-    """Check the run's settings and inputs, load the tokenizers and the samples: (samples, GRM tokenizer,
-    DisRM tokenizer). Touches no device."""
+    """Check the run's settings and inputs, load the tokenizers and the samples: (``cfg`` with ``dtype``
+    resolved, samples, GRM tokenizer, DisRM tokenizer); ``cfg`` itself is left as given. Touches no device."""
     data_dir = cfg.data_path if os.path.isdir(cfg.data_path) else os.path.dirname(cfg.data_path)
     if os.path.realpath(cfg.resolved_save_path()) == os.path.realpath(data_dir):
         raise BenchDataError(f"{cfg.resolved_save_path()}: --save-path must differ from the data directory "
@@ -332,19 +337,22 @@ def prepare_run(cfg: EvalConfig):
     check_save_path(cfg)
     check_model_kind(cfg)
     if cfg.dtype == "auto":
-        cfg.dtype = resolve_dtype(cfg)
+        cfg = dataclasses.replace(cfg, dtype=resolve_dtype(cfg))
         logger.info("compute dtype %s (%s; --dtype to choose)", cfg.dtype,
                     "the checkpoint's" if cfg.is_disrm else "generative judge default")
     disrm_tokenizer, grm_tokenizer = load_chat_tokenizers(cfg.model_path, cfg.chat_template)
     samples = load_samples(cfg)
     logger.info("%d samples from %s", len(samples), cfg.data_path)
-    return samples, grm_tokenizer, disrm_tokenizer
+    return cfg, samples, grm_tokenizer, disrm_tokenizer
 
 
-def judge_samples(cfg: EvalConfig, samples: list[EvalSample], grm_tokenizer, disrm_tokenizer) -> list[dict]:
-    """Every sample's prediction, in ``samples``' order (task files finished earlier reused under --resume)."""
+def judge_samples(cfg: EvalConfig, samples: list[EvalSample], grm_tokenizer,
+                  disrm_tokenizer) -> tuple[list[dict], Timings]:
+    """(every sample's prediction in ``samples``' order, the run's timings); task files finished earlier are
+    reused under --resume."""
     partial = PartialResults(os.path.join(cfg.resolved_save_path(), "partial"), result_settings(cfg))
     mesh = model = None
+    timings = Timings()
     by_file: dict[str, list[dict]] = {}
     queued = []  # GRM task files judged together (evaluation.grm.queue)
     for path, group in _by_file(samples):
@@ -357,45 +365,45 @@ def judge_samples(cfg: EvalConfig, samples: list[EvalSample], grm_tokenizer, dis
             begin = time.time()
             mesh = build_mesh(cfg.mesh)
             model = load_model(cfg, mesh, samples=len(samples))
-            add_timings(cfg, {"load_s": time.time() - begin})
+            timings.add({"load_s": time.time() - begin})
         pointwise = group[0].benchmark == LONG_FORM and cfg.longform_protocol in ("upstream", "pointwise")
         if not cfg.is_disrm and not pointwise and cfg.queue == "run":
             queued.append((path, group))
             continue
         begin = time.time()
         if cfg.is_disrm:
-            done = run_disrm(cfg, group, model, disrm_tokenizer, mesh, run_samples=len(samples))
+            done, phases = run_disrm(cfg, group, model, disrm_tokenizer, mesh, run_samples=len(samples))
         elif pointwise:
-            done = longform.run_pointwise_grm(cfg, group, model, grm_tokenizer, mesh)
+            done, phases = longform.run_pointwise_grm(cfg, group, model, grm_tokenizer, mesh)
         else:
-            done = run_grm(cfg, group, model, grm_tokenizer, mesh, partial)
-        add_timings(cfg, {"judging_s": time.time() - begin})
+            done, phases = run_grm(cfg, group, model, grm_tokenizer, mesh, partial)
+        timings.add(phases).add({"judging_s": time.time() - begin})
         partial.save(path, done)
         by_file[path] = done
     if queued:
         begin = time.time()
-        by_file.update(judge_grm_files(cfg, queued, model, grm_tokenizer, mesh, partial))
-        add_timings(cfg, {"judging_s": time.time() - begin})
-    return [p for path, _ in _by_file(samples) for p in by_file[path]]
+        judged, phases = judge_grm_files(cfg, queued, model, grm_tokenizer, mesh, partial)
+        by_file.update(judged)
+        timings.add(phases).add({"judging_s": time.time() - begin})
+    return [p for path, _ in _by_file(samples) for p in by_file[path]], timings
 
 
 def finish_run(cfg: EvalConfig, samples: list[EvalSample], predictions: list[dict], started: float,
-               device_kind: str | None = None) -> dict:
+               timings: Timings, device_kind: str | None = None) -> dict:
     """Summarise ``predictions`` and write every output; returns the summary."""
     # results.csv lists the evaluated tasks in evaluation order (upstream: its task list, default all 7).
     begin = time.time()
     tasks = list(dict.fromkeys(s.task for s in samples if s.benchmark != LONG_FORM))
     summary = summarize(predictions, tasks)
-    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "timings"}
+    settings = dataclasses.asdict(cfg)
     settings.update(model_type="Discriminative RM" if cfg.is_disrm else "Generative RM",
                     seconds=round(time.time() - started, 1))
-    summary["timings"] = cfg.timings  # written below; aggregation_s covers summarising and writing
+    summary["timings"] = timings.as_dict()  # written below; aggregation_s covers summarising and writing
 
     summary["slow_paths"] = slow_paths.counts()  # fallbacks taken (ops.slow_paths), {} when none
     write_outputs(cfg.resolved_save_path(), predictions, summary, settings)
-    cfg.timings["aggregation_s"] = time.time() - begin
-    cfg.timings["total_s"] = time.time() - started
-    cfg.timings["device"] = device_kind or jax.devices()[0].device_kind  # which device these seconds are of
+    timings.set(aggregation_s=time.time() - begin, total_s=time.time() - started,
+                device=device_kind or jax.devices()[0].device_kind)  # which device these seconds are of
     with open(os.path.join(cfg.resolved_save_path(), "timings.json"), "w") as handle:
-        json.dump(cfg.timings, handle, indent=2)
+        json.dump(timings.as_dict(), handle, indent=2)
     return summary

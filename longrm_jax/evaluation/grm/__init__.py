@@ -1,7 +1,7 @@
 """A generative reward model's judging: greedy decoding of judge prompts with a KV cache, in one place.
 
-* ``generator``: the run's generator from its ``EvalConfig`` (``make_generator``), simulated judgement budgets,
-  the run's timings accumulated.
+* ``generator``: the run's generator from its ``EvalConfig`` (``make_generator``), simulated judgement budgets.
+  Each generator call's phase timings come back with its results (``evaluation.timings.Timings``).
 * ``generation``: ``GreedyGenerator``, static batches of prompts (prefill, then decode to a stop token), and the
   dispatch to continuous batching; ``decoding``: one prompt's ``Generation`` and the verdict-letter log-probs.
 * ``continuous``: continuous batching, a pool of cache slots per length bucket refilled as prompts finish;

@@ -1,4 +1,4 @@
-"""The GRM generator of an evaluation run and the accounting of its timings, shared by Long-RewardBench
+"""The GRM generator of an evaluation run and its simulated judgement budgets, shared by Long-RewardBench
 judging (``evaluation.runner``) and Long-form pointwise judging (``evaluation.longform``). ``cfg`` is the
 run's ``evaluation.runner.EvalConfig``."""
 
@@ -26,13 +26,3 @@ def simulated_budgets(cfg, prompts) -> list[int] | None:
         return None
 
     return judgement_lengths(prompts, cfg.max_new_tokens)
-
-
-def add_timings(cfg, timings: dict) -> None:
-    """Accumulate phase seconds / token counts of this run (reported under ``timings`` in results.json)."""
-    for key, value in timings.items():  # max_* keys keep the largest value, dicts merge, the others add up
-        if isinstance(value, dict):
-            cfg.timings[key] = {**cfg.timings.get(key, {}), **value}
-        else:
-            merge = max if key.startswith("max_") else (lambda a, b: a + b)
-            cfg.timings[key] = merge(cfg.timings.get(key, 0), value)

@@ -30,7 +30,8 @@ from tqdm.auto import tqdm
 from longrm_jax.evaluation.grm.continuous import param_bytes
 from longrm_jax.evaluation.encoding import grm_prompt_ids, verdict_letter_token_ids
 from longrm_jax.evaluation.grm.estimate import estimate_run
-from longrm_jax.evaluation.grm.generator import add_timings, make_generator, simulated_budgets
+from longrm_jax.evaluation.grm.generator import make_generator, simulated_budgets
+from longrm_jax.evaluation.timings import Timings
 from longrm_jax.evaluation.judging import grm_prediction, judged_orders
 from longrm_jax.evaluation.samples import EvalSample
 
@@ -140,8 +141,9 @@ def _judge_prompts(cfg, jobs: list[_FileJob], todo: list[tuple[int, int]], token
 
 
 def judge_grm_files(cfg, files: Sequence[tuple[str, list[EvalSample]]], model, tokenizer, mesh,
-                    partial) -> dict[str, list[dict]]:
-    """Predictions of every sample of ``files`` ((task file, samples) pairs), judged in one generator call;
+                    partial) -> tuple[dict[str, list[dict]], Timings]:
+    """(predictions by task file, the generator's timings) of every sample of ``files`` ((task file, samples)
+    pairs), judged in one generator call;
     ``partial`` (``partial.PartialResults``) receives each file as it completes. ``cfg``: ``runner.EvalConfig``."""
     jobs = _file_jobs(cfg, files, tokenizer, partial)
     todo = [(j, s) for j, job in enumerate(jobs) for s in range(len(job.samples)) if s not in job.done]
@@ -152,11 +154,12 @@ def judge_grm_files(cfg, files: Sequence[tuple[str, list[EvalSample]]], model, t
         job.journal.remove()
         job.saved = True
 
+    timings = Timings()
     if prompts:
         run_letters = verdict_letter_token_ids(tokenizer, max(len(job.letter_ids) for job in jobs))
         generator = make_generator(cfg, model, tokenizer, mesh, run_letters)
         budgets = simulated_budgets(cfg, prompts)
-        weights = prompt_weights(cfg, generator, model, prompts, budgets)
+        weights, estimate_s = prompt_weights(cfg, generator, model, prompts, budgets)
         generations: list = [None] * len(prompts)
         remaining = {key: len(value) for key, value in members.items()}
         bar = tqdm(total=sum(weights), desc=f"judging {len(todo)} samples ({len(prompts)} prompts)",
@@ -186,26 +189,24 @@ def judge_grm_files(cfg, files: Sequence[tuple[str, list[EvalSample]]], model, t
 
         generator.generate(prompts, progress=False, budgets=budgets, on_result=on_result)
         bar.close()
-        add_timings(cfg, generator.timings)
+        timings.add(generator.timings).add({"estimate_s": estimate_s} if estimate_s is not None else {})
     for job in jobs:
         if not job.saved:  # every sample reused from the journal
             finish_file(job)
-    return {job.path: [job.done[s] for s in range(len(job.samples))] for job in jobs}
+    return {job.path: [job.done[s] for s in range(len(job.samples))] for job in jobs}, timings
 
 
-def prompt_weights(cfg, generator, model, prompts, budgets) -> list[float]:
-    """Each prompt's estimated seconds (the progress bar's weights); logs the run estimate. Static batches (no
-    slot plan): weights of prompt plus budget tokens, no estimate."""
+def prompt_weights(cfg, generator, model, prompts, budgets) -> tuple[list[float], float | None]:
+    """(each prompt's estimated seconds: the progress bar's weights, the run's estimated seconds or None); logs
+    the estimate. Static batches (no slot plan): weights of prompt plus budget tokens, no estimate."""
     budgets = budgets or [cfg.max_new_tokens] * len(prompts)
     lengths = [len(p) for p in prompts]
     pools = generator.slot_plan(lengths)
     if pools is None:
         logger.info("static batches: no slot plan, no time estimate (progress weighted by tokens)")
-        return [float(n + b) for n, b in zip(lengths, budgets)]
+        return [float(n + b) for n, b in zip(lengths, budgets)], None
 
     estimate = estimate_run(model.config, param_bytes(model), pools, lengths, budgets, jax.devices()[0].device_kind,
                             unrolled=bool(getattr(model.config, "unroll_cached_layers", False)))
     logger.info("%s", estimate.message())  # the slot plan itself is logged as generation starts
-    if estimate.rates:
-        add_timings(cfg, {"estimate_s": estimate.total_s})
-    return estimate.prompt_seconds
+    return estimate.prompt_seconds, estimate.total_s if estimate.rates else None
