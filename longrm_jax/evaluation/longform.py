@@ -203,8 +203,9 @@ def pointwise_prediction(sample: EvalSample, outputs: Sequence[str], num_tokens:
 
 
 def run_pointwise_grm(cfg, samples: list[EvalSample], model, tokenizer, mesh) -> tuple[list[dict], Timings]:
-    """(predictions, the generator's timings): judge every answer of every Long-form sample on its own, greedy, under ``cfg.longform_protocol``
-    (upstream: ``cfg.longform_max_new_tokens`` or 1,024 new tokens; pointwise: ``cfg.max_new_tokens``)."""
+    """(predictions, the generator's timings): judge every answer of every Long-form sample on its own, greedy,
+    under ``cfg.longform_protocol`` (upstream: ``cfg.longform_max_new_tokens`` or 1,024 new tokens; pointwise:
+    ``cfg.max_new_tokens``)."""
     protocol = cfg.longform_protocol
     if protocol not in ("upstream", "pointwise"):
         raise ValueError(f"judging each response alone needs protocol upstream or pointwise, not {protocol!r}")

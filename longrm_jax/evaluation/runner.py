@@ -311,9 +311,9 @@ def run_evaluation(cfg: EvalConfig, replica_argv=None) -> dict:
 
 def judge_long_on_mesh(cfg: EvalConfig, samples: list[EvalSample], devices: int, grm_tokenizer,
                        disrm_tokenizer) -> tuple[dict[tuple[str, int], dict], Timings]:
-    """(predictions by (file, row), timings) of the samples too long for one replica's device, judged in this process by one
-    program whose ``seq`` axis spans ``devices`` devices (ring-attention prefill, the cache split along the
-    sequence; fsdp takes any devices left), as ``--mesh seq=N`` runs; its journals under
+    """(predictions by (file, row), timings) of the samples too long for one replica's device, judged in this
+    process by one program whose ``seq`` axis spans ``devices`` devices (ring-attention prefill, the cache split
+    along the sequence; fsdp takes any devices left), as ``--mesh seq=N`` runs; its journals under
     SAVE_PATH/replicas/long/ (``--resume`` works)."""
     save = os.path.join(cfg.resolved_save_path(), replicas.REPLICA_DIR, "long")
     os.makedirs(save, exist_ok=True)
