@@ -1,6 +1,7 @@
 """mesh: auto (issue 40 item 2): the bytes each candidate mesh moves per step, the choice of the one that fits
 and moves least (data parallel with ZeRO-1, FSDP, the seq ring), and a run that trains on the chosen mesh."""
 
+import dataclasses
 import json
 
 import jax
@@ -57,8 +58,7 @@ def test_a_steps_rows_re_split_for_whole_rows_per_device():
     kinds = {c.kind: c for c in candidates(4, 1, 4096, t, grad_accum=8)}
     assert kinds["data"].resplit == kinds["fsdp"].resplit == (4, 2) and not kinds["data"].refused
     assert kinds["seq"].resplit is None and kinds["seq"].bytes_per_step == bytes_moved("seq", 4, t)
-    import dataclasses
-    assert kinds["fsdp"].bytes_per_step == bytes_moved("fsdp", 4, dataclasses.replace(t, micro_steps=2, tokens=4000))
+    assert kinds["fsdp"].bytes_per_step == bytes_moved("fsdp", 4, dataclasses.replace(t, micro_steps=2, tokens=4 * 4096))
     assert "data.batch_rows=4 x grad_accum=2 (configured 1 x 8" in kinds["data"].notes[0]
     odd = {c.kind: c.refused for c in candidates(4, 1, 4096, t, grad_accum=3)}
     assert "nor do the step's 3 rows" in odd["data"] and not odd["seq"]

@@ -98,7 +98,7 @@ def resplit_rows(n: int, batch_rows: int, grad_accum: int, group_rows: int = 1) 
     return None
 
 
-def _whole_rows(cand: Candidate, n: int, batch_rows: int, grad_accum: int, group_rows: int,
+def _whole_rows(cand: Candidate, n: int, batch_rows: int, seq_len: int, grad_accum: int, group_rows: int,
                 traffic: StepTraffic) -> None:
     """A data or fsdp candidate whose ``batch_rows`` do not split over ``n``: re-split the step's rows, or refuse."""
     split = resplit_rows(n, batch_rows, grad_accum, group_rows)
@@ -108,9 +108,8 @@ def _whole_rows(cand: Candidate, n: int, batch_rows: int, grad_accum: int, group
         return
     rows, accum = split
     cand.resplit = split
-    per_row = traffic.tokens // batch_rows if batch_rows else 0
     cand.bytes_per_step = bytes_moved(cand.kind, n, dataclasses.replace(traffic, micro_steps=accum,
-                                                                        tokens=per_row * rows))
+                                                                        tokens=seq_len * rows))
     cand.notes.append(f"the step's {batch_rows * grad_accum} rows as data.batch_rows={rows} x grad_accum={accum} "
                       f"(configured {batch_rows} x {grad_accum}; the same rows and loss)")
 
@@ -131,7 +130,7 @@ def candidates(n: int, batch_rows: int, seq_len: int, traffic: StepTraffic,
         axes = {"data": ["fsdp"], "fsdp": ["fsdp"], "seq": ["fsdp", "seq"]}[kind]
         cand = Candidate(kind, sizes, axes, ["data"] if kind == "data" else None, bytes_moved(kind, n, traffic))
         if kind != "seq" and batch_rows % n:
-            _whole_rows(cand, n, batch_rows, grad_accum, group_rows, traffic)
+            _whole_rows(cand, n, batch_rows, seq_len, grad_accum, group_rows, traffic)
         elif kind == "seq" and seq_len % (2 * n):
             cand.refused = f"data.seq_len {seq_len} is not a multiple of 2 x {n} (zigzag ring halves)"
         elif kind == "seq" and bucket_multiple and bucket_multiple % (2 * n):
