@@ -264,11 +264,10 @@ class TrainConfig:
 
     def validate(self) -> "TrainConfig":
         self._check_ranges()
-        group_rows = 1 + self.data.num_rejects
-        if self.data.layout == "rows" and self.stage != "sft" and self.data.batch_rows % group_rows:
+        if self.data.batch_rows % self.group_rows:
             raise ConfigError(
                 f"data.batch_rows ({self.data.batch_rows}) must be a multiple of 1 + data.num_rejects "
-                f"({group_rows}) with data.layout rows: each sequence of a preference group takes a row")
+                f"({self.group_rows}) with data.layout rows: each sequence of a preference group takes a row")
         if self.stage == "bt" and self.model.head == "causal_lm":
             raise ConfigError("stage bt needs a score head (model.head: classifier or auto)")
         if self.stage != "bt" and self.model.head == "classifier":
@@ -306,8 +305,13 @@ class TrainConfig:
     def pipeline_rows_per_step(self) -> int:
         """Rows the data pipeline yields per optimizer step: packed rows, or (rows layout) preference groups,
         each of which the trainer spreads over 1 + num_rejects model rows."""
-        per_group = 1 + self.data.num_rejects if self.data.layout == "rows" and self.stage != "sft" else 1
-        return self.data.batch_rows // per_group * self.grad_accum
+        return self.data.batch_rows // self.group_rows * self.grad_accum
+
+    @property
+    def group_rows(self) -> int:
+        """Model rows one preference group takes: 1 + num_rejects in the rows layout (a sequence per row), else 1
+        (packed rows hold whole groups; SFT has no groups)."""
+        return 1 + self.data.num_rejects if self.data.layout == "rows" and self.stage != "sft" else 1
 
     @property
     def head(self) -> str:

@@ -92,9 +92,8 @@ def plan_auto_mesh(cfg: TrainConfig, mcfg, tx, schedule, spec, devices, key, *,
     """Choose the mesh for ``cfg`` (``mesh.auto``) over ``devices``: the candidate moving the fewest bytes per
     step whose memory plan fits. Raises ``MemoryPlanError`` with the table when none does."""
     d = cfg.data
-    group_rows = 1 + d.num_rejects if d.layout == "rows" and cfg.stage != "sft" else 1
     cands = mesh_choice.candidates(len(devices), d.batch_rows, d.seq_len, step_traffic(cfg, mcfg, tx, key),
-                                   d.bucket_multiple if d.num_buckets > 1 else None, cfg.grad_accum, group_rows)
+                                   d.bucket_multiple if d.num_buckets > 1 else None, cfg.grad_accum, cfg.group_rows)
     last, tight = None, None
     for cand in cands:
         if cand.refused:

@@ -189,7 +189,9 @@ def judge_grm_files(cfg, files: Sequence[tuple[str, list[EvalSample]]], model, t
 
         generator.generate(prompts, progress=False, budgets=budgets, on_result=on_result)
         bar.close()
-        timings.add(generator.timings).add({"estimate_s": estimate_s} if estimate_s is not None else {})
+        timings.add(generator.timings)
+        if estimate_s is not None:
+            timings.add({"estimate_s": estimate_s})
     for job in jobs:
         if not job.saved:  # every sample reused from the journal
             finish_file(job)
