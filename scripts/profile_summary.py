@@ -1,6 +1,6 @@
 """Summarise a jax.profiler trace (e.g. the trainer's `profile.steps` window) without TensorBoard:
 
-    python scripts/profile_summary.py runs/x/profile [--top 30] [--json out.json]
+    python scripts/profile_summary.py runs/x/profile [--top 30] [--json out.json] [--events out.npz]
 
 For each GPU in the trace: the span of its XLA modules (wall time on the device), how long its streams were
 busy, host<->device copy time and bytes, the overlap of compute and communication (kernels of every stream:
@@ -127,20 +127,54 @@ def summarize_plane(plane) -> dict:
             "ops": ops}
 
 
+def write_events(planes, path: str) -> None:
+    """Every kernel of every device plane as a compact timeline (``--events``): a whole multi-GPU step's trace is
+    too large to bring back from a lent machine, its kernels are not. The npz holds, per kernel, ``device``,
+    ``line`` (indices into ``devices`` / ``lines``), ``name`` (index into ``names``), ``start_ns`` (from the
+    earliest kernel of the trace) and ``dur_ns``; the "XLA Ops" line is kept too (HLO op names, e.g. which
+    fusion or custom call a kernel belongs to)."""
+    import numpy as np  # noqa: PLC0415 - only this option needs it
+
+    names: dict[str, int] = {}
+    lines: dict[str, int] = {}
+    cols: dict[str, list[int]] = {k: [] for k in ("device", "line", "name", "start_ns", "dur_ns")}
+    for d, plane in enumerate(planes):
+        for line in plane.lines:
+            if line.name.startswith("XLA") and line.name != "XLA Ops":
+                continue
+            li = lines.setdefault(line.name, len(lines))
+            for e in line.events:
+                cols["device"].append(d)
+                cols["line"].append(li)
+                cols["name"].append(names.setdefault(e.name, len(names)))
+                cols["start_ns"].append(int(e.start_ns))
+                cols["dur_ns"].append(int(e.duration_ns))
+    start = np.asarray(cols["start_ns"], np.int64)
+    t0 = int(start.min()) if start.size else 0
+    np.savez_compressed(path, devices=np.asarray([p.name for p in planes]), lines=np.asarray(list(lines)),
+                        names=np.asarray(list(names)), device=np.asarray(cols["device"], np.int16),
+                        line=np.asarray(cols["line"], np.int16), name=np.asarray(cols["name"], np.int32),
+                        start_ns=start - t0, dur_ns=np.asarray(cols["dur_ns"], np.int64))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("trace", help="a profile directory (searched for *.xplane.pb) or one .xplane.pb file")
     p.add_argument("--top", type=int, default=30, help="ops to list per device")
     p.add_argument("--json", default=None, help="also write the summary as JSON here")
+    p.add_argument("--events", default=None,
+                   help="also write every device kernel (and XLA op) as a compact timeline here (.npz)")
     args = p.parse_args(argv)
     from jax.profiler import ProfileData  # noqa: PLC0415 - keep --help fast
 
-    out = []
+    out, all_planes, traces = [], [], []
     for path in _trace_files(args.trace):
         data = ProfileData.from_file(path)
+        traces.append(data)  # its planes are views into it
         planes = [pl for pl in data.planes if pl.name.startswith("/device:GPU") or pl.name.startswith("/device:TPU")]
         if not planes:
             print(f"{path}: no GPU/TPU device planes (a CPU-only trace)")
+        all_planes += planes
         for plane in planes:
             s = summarize_plane(plane)
             out.append(s)
@@ -164,6 +198,8 @@ def main(argv=None) -> int:
                 print(f"  | {r['op'][:60]} | {r['calls']} | {r['s']:.3f} | {100 * r['s'] / span:.1f} |")
             print("  families: " + ", ".join(f"{k} {v:.2f} s" for k, v in
                                              sorted(families.items(), key=lambda kv: -kv[1])[:12]))
+    if args.events:
+        write_events(all_planes, args.events)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)

@@ -36,7 +36,8 @@ one() {  # one NAME LIMIT_S L [--set ...]: run it if the call has LIMIT_S left, 
   if [ $(left) -lt $t ]; then echo "=== $name skipped: $(left) s left" | tee -a $W/summary.txt; return; fi
   STEPS=3 run_train $name $t configs/qwen3_8b_grm_simpo.yaml $L "${BASE[@]}" "$@" ${EXTRA_SETS}
   python3 scripts/profile_summary.py /tmp/runs/$name/profile --top 25 --json $W/$name.profile.json \
-    > $W/$name.profile.txt 2>&1; grep -E "span|exposed" $W/$name.profile.txt | head -8
+    --events $OUTF/$name.events.npz > $W/$name.profile.txt 2>&1; grep -E "span|exposed" $W/$name.profile.txt | head -8
+  # every kernel of every GPU (scripts/profile_summary.py --events): small enough to come back when the trace is not
   # the trace itself (its critical path, in TensorBoard / xprof), compressed, as its own file outside the tarball:
   # if it is over what the device tool brings back, only it is left out
   find /tmp/runs/$name/profile -name "*.xplane.pb" -size -400M -exec gzip -c {} \; > $OUTF/$name.xplane.pb.gz 2>/dev/null
