@@ -1,5 +1,5 @@
 """Data parallelism without a sequence axis (mesh data x fsdp = 2 x 4): each device computes the LM head of its
-own rows only. The step equals the one-device step (loss, gradient norm, updated parameters), and the compiled
+own rows only (and, over a sequence axis, of its own tokens, the head gathered once). The step equals the one-device step (loss, gradient norm, updated parameters), and the compiled
 program moves no per-token array between devices (before, the chunked log-prob loop gathered every row's hidden
 states onto every device: issue 40's lost data-parallel time)."""
 
@@ -33,7 +33,7 @@ def _step(cfg, mesh, host):
     step = jit_train_step(make_train_step(cfg, codec, tx, spec, lr_schedule(cfg.optim, 10)), sh,
                           batch_lib.batch_shardings(mesh))
     with jax.set_mesh(mesh):
-        batch = batch_lib.to_global(batch_lib.prepare(host, seq_shards=1), mesh)
+        batch = batch_lib.to_global(batch_lib.prepare(host, seq_shards=mesh.shape["seq"]), mesh)
         hlo = step.gradients.lower(state, batch).compile().as_text()
         state, metrics = step(state, batch)
     return jax.device_get(metrics), jax.device_get(state.params), hlo
@@ -59,5 +59,37 @@ def test_rows_stay_on_their_device(stage):
     assert np.isfinite(m1["loss"]) and m1["loss"] > 0
     np.testing.assert_allclose(m8["loss"], m1["loss"], rtol=1e-5)
     np.testing.assert_allclose(m8["grad_norm"], m1["grad_norm"], rtol=1e-4)
+    for k in p1:
+        np.testing.assert_allclose(p8[k], p1[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def _loop_bodies(hlo: str) -> list[str]:
+    """The text of every computation that a ``while`` of the compiled module runs as its body."""
+    names = set(re.findall(r"\bwhile\([^\n]*?body=%?([\w.\-]+)", hlo))
+    comps = re.split(r"\n(?=\S)", hlo)  # computations start at column 0
+    return [c for c in comps if re.match(r"%?([\w.\-]+)", c.split()[0] if c.split() else "")
+            and re.match(r"%?([\w.\-]+)", c.split()[0]).group(1) in names]
+
+
+@pytest.mark.slow  # compiling the 8-device step (~40 s on 2 busy cores)
+def test_over_a_seq_axis_the_head_is_gathered_once_not_per_chunk():
+    """Over data x fsdp x seq = 2 x 2 x 2 with several LM-head chunks per device: the step equals one device's,
+    and no loop of the compiled gradient program moves an array with the vocabulary's dimension (the head's
+    weights or their gradient): each device runs the chunks of its own tokens against a head gathered once.
+    Before, XLA gathered the head and reduce-scattered its fp32 gradient in every chunk of the loop."""
+    overrides = ["stage=sft", f"data.seq_len={SEQ_LEN}", "data.batch_rows=4", "data.synthetic.lengths=[24,40]",
+                 "data.num_train=8", "loss.chunk_tokens=64", "optim.lr=1e-2", "optim.warmup_ratio=0",
+                 "optim.eps=1e-3"]
+    cfg = load_config(None, overrides, base=DEFAULT_CONFIG)
+    tok = load_tokenizer(cfg.data)
+    vocab = preset_config(cfg, tok).vocab_size
+    host = dict(train_batches(cfg, tok)[0])
+    m1, p1, _ = _step(cfg, make_mesh(1, 1, 1, 1, devices=jax.devices()[:1]), host)
+    m8, p8, hlo = _step(cfg, make_mesh(data=2, fsdp=2, seq=2, tensor=1), host)
+
+    in_loops = [(shape, op) for body in _loop_bodies(hlo) for shape, op in COLLECTIVE.findall(body)
+                if str(vocab) in re.findall(r"\d+", shape)]
+    assert not in_loops, f"collectives of vocabulary-sized arrays inside a loop: {in_loops}"
+    np.testing.assert_allclose(m8["loss"], m1["loss"], rtol=1e-5)
     for k in p1:
         np.testing.assert_allclose(p8[k], p1[k], rtol=1e-5, atol=1e-6, err_msg=k)

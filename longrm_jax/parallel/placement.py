@@ -83,30 +83,38 @@ def place_process_rows(local: Mapping[str, np.ndarray], shardings: Mapping[str, 
     return out
 
 
-def on_own_rows(fn, rows: Sequence[jax.Array], shared: Sequence[jax.Array] = ()) -> jax.Array:
+def on_own_rows(fn, rows: Sequence[jax.Array], shared: Sequence[jax.Array] = (), *,
+                tokens_over: str | None = None) -> jax.Array:
     """``fn(*rows, *shared)`` run by each device on its own rows only, under the mesh set by ``jax.set_mesh``.
 
     ``rows`` are [B, ...] arrays split over ``BATCH_AXES``; ``shared`` are whole on every device of those axes;
     ``fn`` returns one [B_local, ...] array. For computations that walk the rows one by one (a ``lax.map`` over
     rows x chunks): XLA cannot split a loop's iteration axis over devices, so without this it gathers every
     row onto every device and each one walks all of them. Other mesh axes stay under the compiler's control.
-    Without a mesh, or when the rows do not divide over the batch axes, it is ``fn`` itself.
+    ``tokens_over`` (a mesh axis, e.g. ``seq``): the rows' second dimension is split over it too, each device
+    running ``fn`` on its own tokens of its own rows ([B_local, T_local, ...]).
+    Without a mesh, or when the rows divide over none of these axes, it is ``fn`` itself.
     """
     mesh = jax.sharding.get_abstract_mesh()
     axes = () if mesh.empty else tuple(a for a in BATCH_AXES if a in mesh.axis_names and mesh.shape[a] > 1)
     parts = int(np.prod([mesh.shape[a] for a in axes])) if axes else 1
-    if not axes or rows[0].shape[0] % parts:
+    if rows[0].shape[0] % parts:
+        axes = ()
+    split_tokens = (not mesh.empty and tokens_over in mesh.axis_names and mesh.shape[tokens_over] > 1
+                    and rows[0].shape[1] % mesh.shape[tokens_over] == 0)
+    if not axes and not split_tokens:
         return fn(*rows, *shared)
-    spec = P(axes)
+    spec = P(axes or None, tokens_over) if split_tokens else P(axes)
+    manual = (*axes, tokens_over) if split_tokens else axes
 
     def per_device(*args):
-        # ``shared`` marked as varying over the batch axes here, at the entry: the transpose of that mark (the
+        # ``shared`` marked as varying over the split axes here, at the entry: the transpose of that mark (the
         # sum of their gradients over devices) then runs once, here. Left implicit, it lands wherever ``fn``
         # first mixes them with its rows, which may be inside a ``lax.cond`` that devices take differently: a
         # collective only some devices reach hangs them all.
         own, common = args[: len(rows)], args[len(rows):]
-        return fn(*own, *(jax.lax.pcast(x, axes, to="varying") for x in common))
+        return fn(*own, *(jax.lax.pcast(x, manual, to="varying") for x in common))
 
     mapped = jax.shard_map(per_device, in_specs=(spec,) * len(rows) + (P(),) * len(shared), out_specs=spec,
-                           axis_names=frozenset(axes))
+                           axis_names=frozenset(manual))
     return mapped(*rows, *shared)

@@ -217,8 +217,8 @@ class StepLoop:
         """The step's metrics with tokens/s, step time, MFU and peak device memory in place of its token counts."""
         tokens = metrics.pop("tokens")
         metrics.pop("count")
-        # The LM head runs on the trained tokens only, unless tokens are sharded over seq (steps.py).
-        head_tokens = None if self.inputs.seq_shards > 1 else int((host["loss_mask"] > 0).sum())
+        # The LM head runs on the trained tokens only (steps.token_logprobs), over a seq axis too.
+        head_tokens = int((host["loss_mask"] > 0).sum())
         flops = step_flops(self.mcfg, self.cfg.head, host["segment_ids"], head_tokens=head_tokens,
                            lora=self.lora) * jax.process_count()
         metrics["tokens_per_s"] = tokens / dt

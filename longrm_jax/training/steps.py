@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import optax
 
 from longrm_jax import losses
-from longrm_jax.parallel.placement import on_own_rows
+from longrm_jax.parallel.placement import SEQ_AXIS, on_own_rows
 from longrm_jax.training.config_schema import LossSection, TrainConfig
 from longrm_jax.training.params import ParamCodec
 from longrm_jax.training.lora import split_layer_branches
@@ -113,21 +113,27 @@ def token_logprobs(model, batch: dict, chunk_tokens: int, packed: bool = True) -
     hidden = model.hidden_states(batch["input_ids"], batch["positions"], seg)
     # The head in the compute dtype (bf16 matmuls on accelerators); logits accumulate in fp32 chunk by chunk.
     head = model.lm_head_weight().astype(hidden.dtype)
-    if lm_head_on_all_tokens():  # tokens sharded over a sequence axis: every chunk spans every shard
-        return losses.token_logprobs(hidden, head, batch["targets"], chunk_tokens=chunk_tokens)
     # Only the trained (response) tokens' log-probs are read: the LM head skips chunks without one. Each device
     # walks its own rows' chunks: left to XLA, the loop over rows x chunks gathered every row's hidden states
-    # onto every device (a data-parallel step then ran every row's LM head on every GPU).
-    def own_rows(hidden_btd, targets_bt, needed_bt, head_dv):
-        return losses.token_logprobs(hidden_btd, head_dv, targets_bt, chunk_tokens=chunk_tokens, needed_bt=needed_bt)
+    # onto every device (a data-parallel step then ran every row's LM head on every GPU). Under a ``seq`` axis
+    # each device walks its own tokens too, with the head gathered once: left to XLA, every chunk of the loop
+    # gathered the head's weights and reduce-scattered their fp32 gradient again (the ring's 2 x 128K SimPO
+    # step over four GPUs spent 2.3 of its 25.3 s there, mostly in those collectives; docs/perf_training.md
+    # "The ring's LM head"). Its chunks are then 1/seq of ``chunk_tokens``: each device's logits buffer stays
+    # the size it had when the chunks spanned every shard.
+    def own_tokens(hidden_btd, targets_bt, needed_bt, head_dv):
+        return losses.token_logprobs(hidden_btd, head_dv, targets_bt, chunk_tokens=max(1, chunk_tokens // shards),
+                                     needed_bt=needed_bt)
 
-    return on_own_rows(own_rows, (hidden, batch["targets"], batch["target_mask"] > 0), (head,))
+    shards = seq_shards()
+    return on_own_rows(own_tokens, (hidden, batch["targets"], batch["target_mask"] > 0), (head,),
+                       tokens_over=SEQ_AXIS)
 
 
-def lm_head_on_all_tokens() -> bool:
-    """Whether the LM head runs on every token: under a mesh whose ``seq`` axis shards the tokens."""
+def seq_shards() -> int:
+    """How many devices the ``seq`` axis of the mesh in use splits the tokens over (1 without one)."""
     mesh = jax.sharding.get_abstract_mesh()
-    return not mesh.empty and dict(mesh.shape).get("seq", 1) > 1
+    return 1 if mesh.empty else int(dict(mesh.shape).get(SEQ_AXIS, 1))
 
 
 def loss_sums(model, batch: dict, lc: LossSection, spec: StageSpec) -> tuple[jax.Array, dict]:
