@@ -52,7 +52,11 @@ the stage, `data.seq_len` with `mesh.seq`, `mesh.auto` with the axis sizes) and 
 `data.synthetic` and `model.overrides`. A key's meaning is the first sentence of its comment in the source; the
 rest of the comment says more.
 
-The evaluation and export CLIs take flags only: their tables follow the training config's.
+The evaluation and export CLIs' settings are their flags: their tables follow the training config's. They read
+the same YAML-plus-`--set` format (`longrm_jax.flag_files`): `--config FILE` holds flags by name
+(`max_new_tokens: 512` or `max-new-tokens: 512`; a switch `true` or `false`; `mesh: {{fsdp: 4}}`),
+`--set max_new_tokens=512` adds or replaces one, and flags on the command line win over both. An unknown name or
+a value the flag would refuse stops the run naming the file and the key.
 """
 
 

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from longrm_jax.cli_support import ExitStatus
+from longrm_jax.flag_files import parse_with_config
 # The flags live in evaluation/cli_args.py; the names tests and users reach through this module stay here.
 from longrm_jax.evaluation.cli_args import (DEFAULT_MAX_NEW_TOKENS, apply_gpu_decode_flags, build_parser,
                                             check_args, parse_mesh, replica_argv)  # noqa: F401 - parse_mesh re-exported
@@ -26,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _evaluate(argv: Sequence[str]) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_with_config(parser, argv)
     from longrm_jax.cli_support import configure_logging, silence_absl_warnings
 
     # Ours at INFO; jax's backend probing only from WARNING up; tokamax's per-shape autotuning-cache misses (absl)

@@ -19,6 +19,7 @@ import tempfile
 from typing import Any
 
 from longrm_jax.cli_support import InputError
+from longrm_jax.flag_files import add_config_flags, parse_with_config
 
 
 @dataclasses.dataclass
@@ -138,12 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "training checkpoint is exported with the head it was trained with, and any other "
                              "--head is refused")
     parser.add_argument("--tokenizer-dir", default=None, help="copy tokenizer files from here (default: SRC)")
+    add_config_flags(parser)
     add_debug_flag(parser)
     return parser
 
 
 def _export(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_with_config(build_parser(), argv)
     from longrm_jax.cli_support import silence_absl_warnings
 
     silence_absl_warnings()

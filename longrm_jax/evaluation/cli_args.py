@@ -10,6 +10,7 @@ import logging
 from longrm_jax.cli_support import InputError, add_debug_flag
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
 from longrm_jax.evaluation.samples import DEFAULT_SEED
+from longrm_jax.flag_files import CONFIG_DEST, SET_DEST, add_config_flags
 from longrm_jax.parallel.mesh import MESH_AXES
 from longrm_jax.parallel.topology import program_budget
 from longrm_jax.xla_flags import GPU_DECODE_XLA_FLAGS, add_gpu_xla_flags
@@ -44,7 +45,7 @@ def replica_argv(parser: argparse.ArgumentParser, args: argparse.Namespace):
     out), its own save path and share, one process, no progress bar, and no verdict check (the merged run
     checks)."""
     own = {"save_path", "replicas", "only_samples", "no_progress", "allow_no_verdicts", "overwrite", "resume",
-           "help"}
+           "help", CONFIG_DEST, SET_DEST}  # --config / --set: already read into the flags
     common: list[str] = []
     for action in parser._actions:  # noqa: SLF001 - argparse's public way to list them is this attribute
         value = getattr(args, action.dest, None)
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     _device_args(parser.add_argument_group("devices"))
     _run_args(parser.add_argument_group("the run"))
     _compile_only_args(parser.add_argument_group("compile only"))
+    add_config_flags(parser)
     return parser
 
 
