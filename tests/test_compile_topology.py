@@ -183,8 +183,8 @@ def test_offload_plan_on_a_program_compiled_with_a_host_memory_space(v5p_8):
     assert not mp.fits(plan.programs, 64 * mp.GiB, host)
     msg = mp.too_big_message(plan.programs, 64 * mp.GiB, "offload_layer_inputs", host)
     assert "predicted 128.00 KiB per device of offloaded activations, budget 96.00 KiB" in msg, msg
-    assert mp.partial_offload_candidate("offload_layer_inputs", plan.programs, 2, 64 * mp.GiB, host, 0) == \
-        "offload_layer_inputs@1"
+    assert mp.partial_offload_candidate(mp.RematCandidate("offload_layer_inputs"), plan.programs, 2, 64 * mp.GiB,
+                                        host, 0).name == "offload_layer_inputs@1"
 
 
 @needs_libtpu

@@ -158,7 +158,7 @@ def _fake(figures):
     from longrm_jax.training.memory_plan import ProgramMemory
 
     def compile_for(candidate):
-        device, host = figures[candidate]
+        device, host = figures[candidate.name]
         return candidate, [ProgramMemory("gradients", 0, 0, 0, 0, int(device * GiB), int(host * GiB))]
 
     return compile_for
@@ -166,11 +166,11 @@ def _fake(figures):
 
 def test_memory_plan_picks_the_tiled_mlp_when_nothing_else_fits():
     chosen, _, _, tried = choose(_fake(ONLY_TILED), AUTO_REMAT_ORDER, int(75 * GiB), int(96 * GiB))
-    assert chosen == "offload_layer_inputs+tiled_mlp" and len(tried) == len(AUTO_REMAT_ORDER)
+    assert chosen.name == "offload_layer_inputs+tiled_mlp" and len(tried) == len(AUTO_REMAT_ORDER)
     assert parse_candidate(chosen, 0) == ("offload_layer_inputs", 8192)
     assert parse_candidate("full", 0) == ("full", 0) and parse_candidate("full+tiled_mlp", 4096) == ("full", 4096)
     # Tiling on the device comes before any offloading.
-    assert choose(_fake(ONLY_TILED), AUTO_REMAT_ORDER, int(95 * GiB), int(96 * GiB))[0] == "full+tiled_mlp"
+    assert choose(_fake(ONLY_TILED), AUTO_REMAT_ORDER, int(95 * GiB), int(96 * GiB))[0].name == "full+tiled_mlp"
     with pytest.raises(MemoryPlanError, match="model.mlp_chunk_tokens=8192"):
         choose(_fake(ONLY_TILED), AUTO_REMAT_ORDER, int(50 * GiB), int(96 * GiB))
 

@@ -50,16 +50,16 @@ H200_2x128K = {"none": (400.0, 0.0), "save_attention_out": (242.0, 0.0), "full":
 # The untiled policies of auto's order (the deviceless figures above predate the tiled MLP; its candidates are
 # tested in tests/test_training_long_context.py).
 def _untiled_order():
-    from longrm_jax.training.remat_candidates import AUTO_REMAT_ORDER, TILED_MLP
+    from longrm_jax.training.remat_candidates import AUTO_REMAT_ORDER
 
-    return tuple(c for c in AUTO_REMAT_ORDER if not c.endswith(TILED_MLP))
+    return tuple(c for c in AUTO_REMAT_ORDER if not c.tiled_mlp)
 
 
 def _fake_compile(figures):
     from longrm_jax.training.memory_plan import GiB, ProgramMemory
 
     def compile_for(remat):
-        device, host = figures[remat]
+        device, host = figures[remat.name]
         return f"compiled {remat}", [ProgramMemory("gradients", 0, 0, 0, 0, int(device * GiB), int(host * GiB))]
 
     return compile_for
@@ -72,11 +72,11 @@ def test_auto_offloads_only_when_nothing_on_device_fits_and_within_the_host_budg
 
     remat, compiled, programs, tried = choose(_fake_compile(H200_2x128K), _untiled_order(), int(132 * GiB),
                                               int(host_gib * GiB))
-    assert remat == expected and compiled == f"compiled {expected}"
+    assert remat.name == expected and compiled == f"compiled {expected}"
     assert tried[:3] == ["none 400.0 GiB", "save_attention_out 242.0 GiB", "full 170.0 GiB"]
     assert tried[3] == "offload_layer_inputs_and_attention 104.7 GiB + host 145.1 GiB"
     # Where an on-device policy fits, it wins (no PCIe traffic).
-    assert choose(_fake_compile(H200_2x128K), _untiled_order(), int(180 * GiB), int(host_gib * GiB))[0] == "full"
+    assert choose(_fake_compile(H200_2x128K), _untiled_order(), int(180 * GiB), int(host_gib * GiB))[0].name == "full"
 
 
 def test_offload_beyond_the_host_budget_is_refused_naming_the_host():
@@ -96,19 +96,19 @@ def test_partial_offload_candidate_keeps_the_host_within_budget_and_the_rest_on_
     layer offloaded (compiled: 55.6 GiB on the device, 128 GiB pinned) against a 96 GiB host budget: the first
     24 of 32 layers offload (96 GiB), the other 8 (32 GiB) go to the device (87.6 <= 133 GiB)."""
     from longrm_jax.training.memory_plan import GiB, ProgramMemory, partial_offload_candidate
-    from longrm_jax.training.remat_candidates import split_offloaded
+    from longrm_jax.training.remat_candidates import RematCandidate, split_offloaded
 
     programs = [ProgramMemory("gradients", 0, 0, 0, 0, int(55.6 * GiB), int(128 * GiB))]
-    args = ("offload_layer_inputs+tiled_mlp", programs, 32)
-    assert partial_offload_candidate(*args, int(133 * GiB), int(96 * GiB), 0) == "offload_layer_inputs+tiled_mlp@24"
+    args = (RematCandidate("offload_layer_inputs", tiled_mlp=True), programs, 32)
+    assert partial_offload_candidate(*args, int(133 * GiB), int(96 * GiB), 0).name == "offload_layer_inputs+tiled_mlp@24"
     assert split_offloaded("offload_layer_inputs+tiled_mlp@24") == ("offload_layer_inputs+tiled_mlp", 24)
     # 32 GiB of moments kept on the host (optim.offload_state) stay there: 96 GiB of activations, 3 per layer.
-    assert partial_offload_candidate(*args, int(133 * GiB), int(96 * GiB), 32 * GiB).endswith("@21")  # 64 / 3
+    assert partial_offload_candidate(*args, int(133 * GiB), int(96 * GiB), 32 * GiB).name.endswith("@21")  # 64 / 3
     # No candidate where the device has no room for the rest, where the host was not what was short, or for an
     # on-device policy.
     assert partial_offload_candidate(*args, int(75 * GiB), int(96 * GiB), 0) is None
     assert partial_offload_candidate(*args, int(133 * GiB), int(200 * GiB), 0) is None
-    assert partial_offload_candidate("full", programs, 32, int(133 * GiB), int(96 * GiB), 0) is None
+    assert partial_offload_candidate(RematCandidate("full"), programs, 32, int(133 * GiB), int(96 * GiB), 0) is None
 
 
 @pytest.mark.slow

@@ -44,8 +44,7 @@ from longrm_jax.training.host_memory import cpu_budget_line, cpu_device_budget, 
 from longrm_jax.training.memory_bound import (  # noqa: F401 - part of this module's API (tests, mesh_plan)
     ON_DEVICE_REMAT, LowerBound, MemoryPlanError, bytes_per_device, lower_bound, refuse_early)
 from longrm_jax.training.memory_budget import HOST_RAM_SHARE, device_budget, host_budget
-from longrm_jax.training.remat_candidates import (AUTO_MLP_CHUNK_TOKENS, AUTO_REMAT_ORDER, OFFLOADED_AT,
-                                                  parse_candidate, split_offloaded)
+from longrm_jax.training.remat_candidates import AUTO_MLP_CHUNK_TOKENS, AUTO_REMAT_ORDER, RematCandidate
 from longrm_jax.training.step_compile import abstract_batch, abstract_step_state, compile_step
 from longrm_jax.training.steps import gradient_shardings
 
@@ -284,7 +283,7 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
     budget, host, budget_line = _budgets(cfg, mesh, device_bytes)
     batch = abstract_batch(cfg, mesh, 1 + spec.num_rejects if spec.slotted else None)
     compile_for = _CandidateStep(cfg, mcfg, tx, schedule, spec, mesh, key, batch)
-    candidates = AUTO_REMAT_ORDER if cfg.model.remat == "auto" else (mcfg.remat,)
+    candidates = AUTO_REMAT_ORDER if cfg.model.remat == "auto" else (RematCandidate(mcfg.remat),)
     hints = reduce_hints(cfg, {k: int(v) for k, v in mesh.shape.items()})
     state, state_sh = abstract_step_state(cfg, mcfg, tx, mesh, key)
     state_device, state_host, _ = state_placement(cfg, state)
@@ -300,9 +299,8 @@ def plan_train_step(cfg, mcfg, tx, schedule, spec, mesh, key, *, device_bytes: i
         if budget_line is None:
             raise
         raise err.with_line(budget_line) from None
-    remat, chunk = parse_candidate(chosen, mcfg.mlp_chunk_tokens)
-    return StepPlan(remat, compiled, programs, tried, chunk, mesh.devices.flat[0].device_kind, bound,
-                    compile_for.offloaded_layers(chosen), budget=budget)
+    return StepPlan(chosen.policy, compiled, programs, tried, chosen.mlp_chunk_tokens(mcfg.mlp_chunk_tokens),
+                    mesh.devices.flat[0].device_kind, bound, compile_for.offloaded_layers(chosen), budget=budget)
 
 
 def _budgets(cfg, mesh, device_bytes: int | None) -> tuple[int | None, int | None, str | None]:
@@ -335,14 +333,13 @@ class _CandidateStep:
     batch: dict
     xla_lines: Counter = dataclasses.field(default_factory=Counter)  # XLA's memory lines hidden while compiling
 
-    def offloaded_layers(self, candidate: str) -> int | None:
-        """A candidate's "@N", else the configured ``model.offloaded_layers``."""
-        offloaded = split_offloaded(candidate)[1]
-        return self.mcfg.offloaded_layers if offloaded is None else offloaded
+    def offloaded_layers(self, candidate: RematCandidate) -> int | None:
+        """The candidate's offloaded layers, else the configured ``model.offloaded_layers``."""
+        return self.mcfg.offloaded_layers if candidate.offloaded_layers is None else candidate.offloaded_layers
 
-    def __call__(self, candidate: str):
-        remat, chunk = parse_candidate(candidate, self.mcfg.mlp_chunk_tokens)
-        mcfg = self.mcfg.replace(remat=remat, mlp_chunk_tokens=chunk, offloaded_layers=self.offloaded_layers(candidate))
+    def __call__(self, candidate: RematCandidate):
+        mcfg = self.mcfg.replace(remat=candidate.policy, mlp_chunk_tokens=candidate.mlp_chunk_tokens(
+            self.mcfg.mlp_chunk_tokens), offloaded_layers=self.offloaded_layers(candidate))
         state, sh = abstract_step_state(self.cfg, mcfg, self.tx, self.mesh, self.key)
         # The device-resident state (optim.offload_state: without the moments). Moments the devices could not
         # place in host memory were compiled as device arguments: the update holds them on the device as a run's
@@ -388,16 +385,16 @@ def choose_with_partial_offload(compile_for, candidates, budget: int | None, hos
         return chosen, compiled, programs, err.tried + more
 
 
-def partial_offload_candidate(candidate: str, programs: list, num_layers: int, budget: int | None,
-                              host: int | None, state_host: int) -> str | None:
-    """``candidate@N`` with the most offloaded layers N whose pinned activations fit ``host``, when
+def partial_offload_candidate(candidate: RematCandidate, programs: list, num_layers: int, budget: int | None,
+                              host: int | None, state_host: int) -> RematCandidate | None:
+    """``candidate`` with the most offloaded layers N whose pinned activations fit ``host``, when
     ``candidate`` (an offloading policy, every layer offloaded) fit the device but not the host and the
     device has room for the other layers' share; None otherwise. The offloaded activations are taken as equal
     per layer (one saved input per layer, and attention outputs under ``..._and_attention``);
     ``state_host``: the optimizer moments kept on the host (optim.offload_state), which do not move."""
-    policy = parse_candidate(candidate, 0)[0]
+    policy = candidate.policy
     if (host is None or not programs or any(p.refused for p in programs) or device_twin(policy) == policy
-            or split_offloaded(candidate)[1] is not None):
+            or candidate.offloaded_layers is not None):
         return None
     peak, pinned = predicted_peak(programs), predicted_host(programs)
     activations = pinned - state_host
@@ -407,4 +404,4 @@ def partial_offload_candidate(candidate: str, programs: list, num_layers: int, b
     layers = int((host - state_host) // per_layer)
     if layers <= 0 or (budget is not None and peak + (num_layers - layers) * per_layer > budget):
         return None
-    return f"{candidate}{OFFLOADED_AT}{layers}"
+    return dataclasses.replace(candidate, offloaded_layers=layers)

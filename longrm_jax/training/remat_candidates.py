@@ -1,38 +1,69 @@
-"""``model.remat: auto``'s candidates: the remat policies it tries, fastest first, and the two suffixes of a
-candidate's name (``+tiled_mlp``: with the sequence-tiled MLP; ``@N``: only the first N layers offloaded).
+"""``model.remat: auto``'s candidates: the remat policies it tries, fastest first, each a :class:`RematCandidate`
+(a policy, with or without the sequence-tiled MLP, with every layer or only the first N offloaded).
 ``training.memory_plan`` compiles them in this order and takes the first that fits."""
 
 from __future__ import annotations
 
-# model.remat: auto tries these, fastest first, and takes the first that fits. The offloading policies come
-# last: they move saved activations over PCIe every step, so they are taken only when nothing on the device fits.
-# "<policy>+tiled_mlp": the policy with the sequence-tiled MLP (model.mlp_chunk_tokens = AUTO_MLP_CHUNK_TOKENS):
-# a layer's [tokens, intermediate] buffers shrink to [chunk, intermediate] for a little re-laying-out of the
-# layer's MLP input and output, cheaper than moving activations over PCIe, so ``full`` tiled comes before the
-# offloading policies and the tiled offloading policy last.
-TILED_MLP = "+tiled_mlp"
-AUTO_REMAT_ORDER = ("none", "save_attention_out", "save_attention_out" + TILED_MLP, "full", "full" + TILED_MLP,
-                    "offload_layer_inputs_and_attention", "offload_layer_inputs", "offload_layer_inputs" + TILED_MLP)
+import dataclasses
+
 # Tokens per MLP chunk that auto uses: the chunk's matmuls ([8192, D] x [D, F]) still fill a Hopper GPU, and its
 # intermediates are 0.2 GiB each at F = 14336 in bf16.
 AUTO_MLP_CHUNK_TOKENS = 8192
-
-
-# "<candidate>@N": the candidate with model.offloaded_layers = N (only the first N layers offload). auto adds one
-# when every candidate it tried fits the device but not the host budget (:func:`partial_offload_candidate`).
+# How a candidate's name writes its two options, in logs, memory_plan.json and errors:
+# "full+tiled_mlp@24" is `full` with the tiled MLP and only the first 24 layers offloaded.
+TILED_MLP = "+tiled_mlp"
 OFFLOADED_AT = "@"
 
 
+@dataclasses.dataclass(frozen=True)
+class RematCandidate:
+    """One step setting that ``auto`` compiles: ``policy`` (a ``model.remat`` policy), ``tiled_mlp`` (the
+    sequence-tiled MLP at ``AUTO_MLP_CHUNK_TOKENS``, unless the config sets its own chunk) and
+    ``offloaded_layers`` (an offloading policy's first N layers only; None: the configured value)."""
+
+    policy: str
+    tiled_mlp: bool = False
+    offloaded_layers: int | None = None
+
+    @property
+    def name(self) -> str:
+        tiled = TILED_MLP if self.tiled_mlp else ""
+        at = f"{OFFLOADED_AT}{self.offloaded_layers}" if self.offloaded_layers is not None else ""
+        return f"{self.policy}{tiled}{at}"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def parse(cls, name: str) -> RematCandidate:
+        """The candidate a name stands for: ``"full+tiled_mlp@24"`` -> RematCandidate("full", True, 24)."""
+        base, at, layers = name.partition(OFFLOADED_AT)
+        tiled = base.endswith(TILED_MLP)
+        return cls(base[: -len(TILED_MLP)] if tiled else base, tiled, int(layers) if at else None)
+
+    def mlp_chunk_tokens(self, configured: int) -> int:
+        """The step's ``model.mlp_chunk_tokens``: a configured tiling applies to every candidate."""
+        return (configured or AUTO_MLP_CHUNK_TOKENS) if self.tiled_mlp else configured
+
+
+# model.remat: auto tries these, fastest first, and takes the first that fits. The offloading policies come
+# last: they move saved activations over PCIe every step, so they are taken only when nothing on the device fits.
+# The tiled MLP shrinks a layer's [tokens, intermediate] buffers to [chunk, intermediate] for a little
+# re-laying-out of the layer's MLP input and output, cheaper than moving activations over PCIe, so ``full`` tiled
+# comes before the offloading policies and the tiled offloading policy last. auto adds an offloaded-layers
+# candidate when every one it tried fits the device but not the host budget (memory_plan.partial_offload_candidate).
+AUTO_REMAT_ORDER = tuple(RematCandidate(policy, tiled) for policy, tiled in (
+    ("none", False), ("save_attention_out", False), ("save_attention_out", True), ("full", False), ("full", True),
+    ("offload_layer_inputs_and_attention", False), ("offload_layer_inputs", False), ("offload_layer_inputs", True)))
+
+
 def split_offloaded(candidate: str) -> tuple[str, int | None]:
-    """(candidate without ``@N``, N or None)."""
-    name, at, layers = candidate.partition(OFFLOADED_AT)
-    return name, int(layers) if at else None
+    """(a candidate's name without ``@N``, N or None)."""
+    parsed = RematCandidate.parse(str(candidate))
+    return dataclasses.replace(parsed, offloaded_layers=None).name, parsed.offloaded_layers
 
 
 def parse_candidate(candidate: str, mlp_chunk_tokens: int) -> tuple[str, int]:
-    """(remat policy, mlp_chunk_tokens) of an auto candidate; ``mlp_chunk_tokens``: the configured value (a
-    configured tiling applies to every candidate)."""
-    candidate = split_offloaded(candidate)[0]
-    if candidate.endswith(TILED_MLP):
-        return candidate[: -len(TILED_MLP)], mlp_chunk_tokens or AUTO_MLP_CHUNK_TOKENS
-    return candidate, mlp_chunk_tokens
+    """(remat policy, mlp_chunk_tokens) of a candidate's name; ``mlp_chunk_tokens``: the configured value."""
+    parsed = RematCandidate.parse(str(candidate))
+    return parsed.policy, parsed.mlp_chunk_tokens(mlp_chunk_tokens)
