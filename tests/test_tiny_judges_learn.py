@@ -53,7 +53,9 @@ def test_tiny_judges_learn_to_read_the_document(tmp_path):
     _, lm_acc = _train("tiny_lm_needle.yaml", tmp_path / "lm", "steps=300", f"data.source={data / 'sft_train.jsonl'}",
                        f"data.eval_source={data / 'eval.jsonl'}")
     assert export.main(["--checkpoint", str(tmp_path / "lm"), "--out", str(tmp_path / "lm_hf")]) == 0
-    _, bt_acc = _train("tiny_disrm_bt.yaml", tmp_path / "bt", "steps=150", f"model.init={tmp_path / 'lm_hf'}",
+    # BT runs its config's 400 steps: at 150 it held out 73% on a host whose XLA:CPU rounds differently (AMD EPYC,
+    # the same code and packages that gave >= 80% before), at 250 81% and the benchmark 64%; at 400 94% and 100%.
+    _, bt_acc = _train("tiny_disrm_bt.yaml", tmp_path / "bt", "steps=400", f"model.init={tmp_path / 'lm_hf'}",
                        f"data.source={data / 'disrm_train.jsonl'}", f"data.eval_source={data / 'disrm_eval.jsonl'}")
     assert lm_acc >= 0.8, lm_acc
     assert bt_acc >= 0.8, bt_acc  # 64 held-out pairs: chance is 50% +- 6%
