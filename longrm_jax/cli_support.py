@@ -49,6 +49,27 @@ def add_debug_flag(parser: argparse.ArgumentParser) -> None:
                         help=f"show the full traceback of an error (also: {DEBUG_ENV}=1)")
 
 
+def add_strict_kernels_flag(parser, fallbacks: str) -> None:
+    """``--strict-kernels``; ``fallbacks``: this CLI's examples of a slower fallback it would otherwise warn of."""
+    parser.add_argument("--strict-kernels", action="store_true",
+                        help=f"stop instead of warning when a slower fallback would run ({fallbacks})")
+
+
+def add_no_progress_flag(parser) -> None:
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bars (they show only on a terminal anyway)")
+
+
+def add_topology_flags(parser, what: str, examples: str) -> None:
+    """``--compile-only``, ``--topology`` and ``--topology-slices``: compile ``what`` for a topology named like
+    ``examples`` (training.compile_only / evaluation's compile-only), without data, weights or accelerator."""
+    parser.add_argument("--compile-only", action="store_true",
+                        help=f"compile {what} for --topology without data, weights or accelerator, print memory per "
+                             "chip, FLOPs, kernels and collectives, and exit (non-zero when it does not fit)")
+    parser.add_argument("--topology", metavar="NAME", help=f"with --compile-only: {examples}")
+    parser.add_argument("--topology-slices", type=int, default=1, metavar="N", help="TPU multislice: N slices")
+
+
 def debug_requested(argv: Sequence[str]) -> bool:
     return "--debug" in argv or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0", "false")
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 
 from tqdm.auto import tqdm
 
-from longrm_jax.cli_support import InputError, add_debug_flag
+from longrm_jax.cli_support import InputError, add_debug_flag, add_no_progress_flag
 from longrm_jax.data.records import DataError
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
 
@@ -48,8 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--chat-template", default=None, metavar="FILE",
                         help="Jinja chat template file used instead of the tokenizer's")
     parser.add_argument("--mesh", default=None, help="device mesh, e.g. fsdp=2 or data=2,seq=2 (default: one device)")
-    parser.add_argument("--no-progress", action="store_true",
-                        help="no progress bar (it shows only on a terminal anyway)")
+    add_no_progress_flag(parser)
     add_debug_flag(parser)
     return parser
 

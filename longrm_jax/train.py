@@ -17,7 +17,7 @@ from importlib import resources
 
 import yaml
 
-from longrm_jax.cli_support import ExitStatus
+from longrm_jax.cli_support import ExitStatus, add_debug_flag, add_strict_kernels_flag, add_topology_flags
 
 # The default run (no --config): package data, so an installed package has it too.
 DEFAULT_CONFIG_FILE = "configs/tiny_default.yaml"
@@ -41,20 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a config key (dotted, e.g. optim.lr=1e-5, mesh.seq=2); repeatable")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in checkpoint.dir")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    p.add_argument("--strict-kernels", action="store_true",
-                   help="stop instead of warning when a slower fallback kernel would run (a broken tokamax import, "
-                        "a cuDNN too old for the packed backward, ...); same as --set strict_kernels=true")
-    p.add_argument("--compile-only", action="store_true",
-                   help="compile the train step for --topology without data, weights or accelerator, print memory "
-                        "per chip, FLOPs, kernels and collectives, and exit (non-zero when it does not fit)")
-    p.add_argument("--topology", metavar="NAME",
-                   help="with --compile-only: a TPU slice (v5p-64, v6e-16, v5e-8, v4-32) or GPU hosts (h100x8, "
-                        "h200x4, h100x8x2 = 2 hosts x 8)")
-    p.add_argument("--topology-slices", type=int, default=1, metavar="N", help="TPU multislice: N slices")
+    add_strict_kernels_flag(p, "a broken tokamax import, a cuDNN too old for the packed backward, ...; same as "
+                               "--set strict_kernels=true")
+    add_topology_flags(p, "the train step", "a TPU slice (v5p-64, v6e-16, v5e-8, v4-32) or GPU hosts (h100x8, "
+                                            "h200x4, h100x8x2 = 2 hosts x 8)")
     p.add_argument("--assume-mfu", type=float, default=0.4, metavar="F",
                    help="with --compile-only: the MFU at which the step time is stated (default 0.4)")
-    from longrm_jax.cli_support import add_debug_flag
-
     add_debug_flag(p)
     return p
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import logging
 
-from longrm_jax.cli_support import InputError, add_debug_flag
+from longrm_jax.cli_support import (InputError, add_debug_flag, add_no_progress_flag, add_strict_kernels_flag,
+                                    add_topology_flags)
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
 from longrm_jax.evaluation.samples import DEFAULT_SEED
 from longrm_jax.flag_files import CONFIG_DEST, SET_DEST, add_config_flags
@@ -219,25 +220,17 @@ def _run_args(group) -> None:
     group.add_argument("--allow-no-verdicts", action="store_true",
                         help="exit 0 even when no GRM judgement holds a parsable verdict (speed runs on random "
                              "weights); without it such a run exits 3, its outputs written all the same")
-    group.add_argument("--no-progress", action="store_true",
-                        help="disable progress bars (they show only on a terminal anyway)")
-    group.add_argument("--strict-kernels", action="store_true",
-                        help="stop instead of warning when a slower fallback would run (a broken tokamax import, "
-                             "a failed memory_stats() shrinking the GRM slot pool, ...)")
+    add_no_progress_flag(group)
+    add_strict_kernels_flag(group, "a broken tokamax import, a failed memory_stats() shrinking the GRM slot pool, "
+                                   "...")
     add_debug_flag(group)
 
 
 def _compile_only_args(group) -> None:
     """Compile the programs for a topology without weights, data or accelerator."""
-    group.add_argument("--compile-only", action="store_true",
-                        help="compile the evaluator's programs (DisRM: scoring; GRM: prefill and decode) for "
-                             "--topology at --compile-length tokens x --batch-size rows (default 1 here), without "
-                             "weights, data "
-                             "or accelerator; print memory per chip, FLOPs, kernels and collectives and exit "
-                             "(non-zero when a program does not fit)")
-    group.add_argument("--topology", metavar="NAME",
-                        help="with --compile-only: a TPU slice (v5p-8, v6e-16) or GPU hosts (h100x8, h200x1)")
-    group.add_argument("--topology-slices", type=int, default=1, metavar="N", help="TPU multislice: N slices")
+    add_topology_flags(group, "the evaluator's programs (DisRM: scoring; GRM: prefill and decode) at "
+                              "--compile-length tokens x --batch-size rows (default 1 here)",
+                       "a TPU slice (v5p-8, v6e-16) or GPU hosts (h100x8, h200x1)")
     group.add_argument("--compile-length", type=int, default=None, metavar="TOKENS",
                         help="with --compile-only: prompt length to compile for (default: --max-length)")
 

@@ -19,28 +19,20 @@ import jax.numpy as jnp
 
 from longrm_jax.models.gemma3_config import gemma3_fields, gemma3_hf_config, text_base
 
-# HF architecture name -> (family, head kind).
-SUPPORTED_ARCHITECTURES: dict[str, tuple[str, str]] = {
-    "LlamaForCausalLM": ("llama", "causal_lm"),
-    "Qwen3ForCausalLM": ("qwen3", "causal_lm"),
-    "LlamaForSequenceClassification": ("llama", "classifier"),
-    "Qwen3ForSequenceClassification": ("qwen3", "classifier"),
-    "Qwen2ForCausalLM": ("qwen2", "causal_lm"),
-    "Qwen2ForSequenceClassification": ("qwen2", "classifier"),
-    "MistralForCausalLM": ("mistral", "causal_lm"),
-    "MistralForSequenceClassification": ("mistral", "classifier"),
-    # Gemma 3: the text decoder (1B), the language model of the multimodal checkpoints (4B-27B; vision tower
-    # skipped), and the score heads transformers puts on either.
-    "Gemma3ForCausalLM": ("gemma3", "causal_lm"),
-    "Gemma3ForConditionalGeneration": ("gemma3", "causal_lm"),
-    "Gemma3TextForSequenceClassification": ("gemma3", "classifier"),
-    "Gemma3ForSequenceClassification": ("gemma3", "classifier"),
-}
 FAMILY_CLASS_PREFIX = {"llama": "Llama", "qwen3": "Qwen3", "qwen2": "Qwen2", "mistral": "Mistral",
                        "gemma3": "Gemma3"}
+HEAD_CLASS_SUFFIX = {"causal_lm": "ForCausalLM", "classifier": "ForSequenceClassification"}
+# HF architecture name -> (family, head kind): every family's ...ForCausalLM and ...ForSequenceClassification;
+# for Gemma 3 also the language model of the multimodal checkpoints (4B-27B; the vision tower is skipped) and the
+# score head transformers puts on its text decoder.
+SUPPORTED_ARCHITECTURES: dict[str, tuple[str, str]] = {
+    **{prefix + suffix: (family, head) for family, prefix in FAMILY_CLASS_PREFIX.items()
+       for head, suffix in HEAD_CLASS_SUFFIX.items()},
+    "Gemma3ForConditionalGeneration": ("gemma3", "causal_lm"),
+    "Gemma3TextForSequenceClassification": ("gemma3", "classifier"),
+}
 # MistralConfig's default window, which transformers applies when config.json has no 'sliding_window' key.
 MISTRAL_DEFAULT_SLIDING_WINDOW = 4096
-HEAD_CLASS_SUFFIX = {"causal_lm": "ForCausalLM", "classifier": "ForSequenceClassification"}
 LAYER_TYPES = ("full_attention", "sliding_attention")
 HIDDEN_ACTS = ("silu", "gelu_pytorch_tanh")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
