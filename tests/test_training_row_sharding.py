@@ -1,7 +1,8 @@
 """Data parallelism without a sequence axis (mesh data x fsdp = 2 x 4): each device computes the LM head of its
-own rows only (and, over a sequence axis, of its own tokens, the head gathered once). The step equals the one-device step (loss, gradient norm, updated parameters), and the compiled
-program moves no per-token array between devices (before, the chunked log-prob loop gathered every row's hidden
-states onto every device: issue 40's lost data-parallel time)."""
+own rows only. Over a sequence axis each device runs the chunk loops of its own tokens too (the LM head's and the
+tiled MLP's), their weights gathered once. The step equals the one-device step (loss, gradient norm, updated
+parameters), and the compiled program moves no per-token array between devices (before, the chunked log-prob loop
+gathered every row's hidden states onto every device: issue 40's lost data-parallel time)."""
 
 import re
 
@@ -63,33 +64,62 @@ def test_rows_stay_on_their_device(stage):
         np.testing.assert_allclose(p8[k], p1[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
+WHILE_BODY = re.compile(r"\bwhile\([^\n]*?body=%?([\w.\-]+)")
+
+
+def _computations(hlo: str) -> dict[str, str]:
+    """Every computation of the compiled module's text by name (computations start at column 0)."""
+    named = ((re.match(r"(?:ENTRY )?%([\w.\-]+) ", c), c) for c in re.split(r"\n(?=\S)", hlo))
+    return {m.group(1): c for m, c in named if m}
+
+
 def _loop_bodies(hlo: str) -> list[str]:
     """The text of every computation that a ``while`` of the compiled module runs as its body."""
-    names = set(re.findall(r"\bwhile\([^\n]*?body=%?([\w.\-]+)", hlo))
-    comps = re.split(r"\n(?=\S)", hlo)  # computations start at column 0
-    return [c for c in comps if re.match(r"%?([\w.\-]+)", c.split()[0] if c.split() else "")
-            and re.match(r"%?([\w.\-]+)", c.split()[0]).group(1) in names]
+    comps = _computations(hlo)
+    return [comps[name] for name in set(WHILE_BODY.findall(hlo)) if name in comps]
+
+
+def _nested_loop_bodies(hlo: str) -> list[str]:
+    """The bodies of the loops that run inside another loop's body (e.g. chunk loops inside the layers' loop),
+    following the computations a body calls (fusions, calls, conditionals, loops)."""
+    comps = _computations(hlo)
+    todo = [name for name in set(WHILE_BODY.findall(hlo)) if name in comps]
+    seen, inner = set(todo), set()
+    while todo:
+        text = comps[todo.pop()]
+        inner.update(name for name in WHILE_BODY.findall(text) if name in comps)
+        for callee in re.findall(r"%([\w.\-]+)", text):
+            if callee in comps and callee not in seen:
+                seen.add(callee)
+                todo.append(callee)
+    return [comps[name] for name in inner]
 
 
 @pytest.mark.slow  # compiling the 8-device step (~40 s on 2 busy cores)
-def test_over_a_seq_axis_the_head_is_gathered_once_not_per_chunk():
-    """Over data x fsdp x seq = 2 x 2 x 2 with several LM-head chunks per device: the step equals one device's,
-    and no loop of the compiled gradient program moves an array with the vocabulary's dimension (the head's
-    weights or their gradient): each device runs the chunks of its own tokens against a head gathered once.
-    Before, XLA gathered the head and reduce-scattered its fp32 gradient in every chunk of the loop."""
+def test_over_a_seq_axis_the_head_and_the_tiled_mlp_gather_their_weights_once_not_per_chunk():
+    """Over data x fsdp x seq = 2 x 2 x 2 with several LM-head chunks and MLP chunks per device: the step equals
+    one device's. No loop of the compiled gradient program moves an array with the vocabulary's dimension (the
+    head's weights or their gradient), and no loop inside the layers' loop one with the MLP's (its weights or
+    their gradients): each device runs the chunks of its own tokens against weights gathered once (the head per
+    step, the MLP per layer). Before, XLA gathered the weights and reduced their fp32 gradients in every chunk."""
     overrides = ["stage=sft", f"data.seq_len={SEQ_LEN}", "data.batch_rows=4", "data.synthetic.lengths=[24,40]",
-                 "data.num_train=8", "loss.chunk_tokens=64", "optim.lr=1e-2", "optim.warmup_ratio=0",
-                 "optim.eps=1e-3"]
+                 "data.num_train=8", "loss.chunk_tokens=64", "model.mlp_chunk_tokens=32", "model.remat=full",
+                 "optim.lr=1e-2", "optim.warmup_ratio=0", "optim.eps=1e-3"]
     cfg = load_config(None, overrides, base=DEFAULT_CONFIG)
     tok = load_tokenizer(cfg.data)
-    vocab = preset_config(cfg, tok).vocab_size
+    mcfg = preset_config(cfg, tok)
     host = dict(train_batches(cfg, tok)[0])
     m1, p1, _ = _step(cfg, make_mesh(1, 1, 1, 1, devices=jax.devices()[:1]), host)
     m8, p8, hlo = _step(cfg, make_mesh(data=2, fsdp=2, seq=2, tensor=1), host)
 
-    in_loops = [(shape, op) for body in _loop_bodies(hlo) for shape, op in COLLECTIVE.findall(body)
-                if str(vocab) in re.findall(r"\d+", shape)]
-    assert not in_loops, f"collectives of vocabulary-sized arrays inside a loop: {in_loops}"
+    def moved_in(bodies, size):
+        return [(shape, op) for body in bodies for shape, op in COLLECTIVE.findall(body)
+                if str(size) in re.findall(r"\d+", shape)]
+
+    head_in_loops = moved_in(_loop_bodies(hlo), mcfg.vocab_size)
+    assert not head_in_loops, f"collectives of vocabulary-sized arrays inside a loop: {head_in_loops}"
+    mlp_in_chunk_loops = moved_in(_nested_loop_bodies(hlo), mcfg.intermediate_size)
+    assert not mlp_in_chunk_loops, f"collectives of MLP-sized arrays inside a chunk loop: {mlp_in_chunk_loops}"
     np.testing.assert_allclose(m8["loss"], m1["loss"], rtol=1e-5)
     for k in p1:
         np.testing.assert_allclose(p8[k], p1[k], rtol=1e-5, atol=1e-6, err_msg=k)

@@ -33,13 +33,14 @@ import math
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from longrm_jax.models.config import ModelConfig
 from longrm_jax.models.rope import apply_rope
 from longrm_jax.ops.contract import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME
 from longrm_jax.ops.decode_attention import decode_attention_supported, stacked_cache_decode_attention
 from longrm_jax.parallel.mesh import logical_to_spec
-from longrm_jax.parallel.placement import fit_spec
+from longrm_jax.parallel.placement import SEQ_AXIS, fit_spec, on_own_rows
 
 
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float, unit_offset: bool = False) -> jax.Array:
@@ -70,9 +71,17 @@ def constrain(x: jax.Array, names: tuple[str | None, ...], rules) -> jax.Array:
     if mesh is None or mesh.empty or not mesh.axis_names:
         return x
     spec = logical_to_spec(names, dict(rules) if rules is not None else None, mesh)
+    if mesh.manual_axes:  # inside a shard_map: its manual axes split the array already
+        spec = P(*(_without(entry, mesh.manual_axes) for entry in spec))
     # A dimension its mesh axes do not divide (e.g. batch 1 while decoding on an fsdp mesh) stays replicated
     # instead of failing.
     return jax.lax.with_sharding_constraint(x, fit_spec(spec, x.shape, mesh))
+
+
+def _without(entry, axes):
+    """A spec entry without the mesh axes ``axes``."""
+    kept = tuple(a for a in ((entry,) if isinstance(entry, str) else entry or ()) if a not in axes)
+    return kept[0] if len(kept) == 1 else (kept or None)
 
 
 def _cast(p: dict, dtype) -> dict:
@@ -132,9 +141,19 @@ def mlp(p: dict, h_btd: jax.Array, cfg: ModelConfig, rules) -> jax.Array:
     """The MLP, sequence-tiled when ``cfg.mlp_chunk_tokens`` is set and smaller than the row (see the module
     docstring)."""
     chunk = cfg.mlp_chunk_tokens
-    if chunk and h_btd.shape[1] > chunk:
-        return tiled_mlp(p, h_btd, cfg, rules, chunk)
-    return _mlp(p, h_btd, cfg, rules)
+    if not (chunk and h_btd.shape[1] > chunk):
+        return _mlp(p, h_btd, cfg, rules)
+    names = [k for k in p if k.split("/", 1)[0] in MLP_WEIGHTS]
+
+    def own_tokens(h, *weights):
+        # A device's own share of the tokens keeps the chunk count: chunks of chunk / seq tokens each.
+        local_chunk = max(1, chunk * h.shape[1] // h_btd.shape[1])
+        return tiled_mlp(dict(zip(names, weights)), h, cfg, rules, local_chunk)
+
+    # Each device walks the chunks of its own rows and tokens (parallel.placement.on_own_rows): the weights
+    # are gathered once per layer and their gradients summed once. Left to the partitioner, a loop over chunks
+    # that span every device gathers the weights and reduces their gradients in every chunk.
+    return on_own_rows(own_tokens, (h_btd,), [p[k] for k in names], tokens_over=SEQ_AXIS)
 
 
 def _mlp(p: dict, h_btd: jax.Array, cfg: ModelConfig, rules) -> jax.Array:
@@ -159,8 +178,8 @@ MLP_WEIGHTS = ("gate_proj", "up_proj", "gate_up_proj", "down_proj", "gate_bias",
 def tiled_mlp(p: dict, h_btd: jax.Array, cfg: ModelConfig, rules, chunk: int) -> jax.Array:
     """:func:`_mlp` over token chunks of at most ``chunk`` tokens, exact (the MLP is per token).
 
-    The T tokens are split into ``n = ceil(T / chunk)`` strided chunks (chunk i holds tokens i, i + n, ...):
-    under a mesh that shards the tokens over ``seq`` every chunk then spans every shard equally. Each chunk runs
+    The T tokens are split into ``n = ceil(T / chunk)`` strided chunks (chunk i holds tokens i, i + n, ...);
+    on a mesh :func:`mlp` calls it on each device's own tokens. Each chunk runs
     under ``jax.checkpoint`` inside a ``lax.scan``: the scan keeps only the chunk index per step, and the
     backward recomputes one chunk's gate / up at a time. The MLP's weights enter each chunk in their stored
     dtype and are cast there, so weight gradients (full fine-tuning) accumulate over chunks in that dtype
