@@ -53,8 +53,8 @@ def test_tiny_judges_learn_to_read_the_document(tmp_path):
     _, lm_acc = _train("tiny_lm_needle.yaml", tmp_path / "lm", "steps=300", f"data.source={data / 'sft_train.jsonl'}",
                        f"data.eval_source={data / 'eval.jsonl'}")
     assert export.main(["--checkpoint", str(tmp_path / "lm"), "--out", str(tmp_path / "lm_hf")]) == 0
-    # BT runs its config's 400 steps: at 150 it held out 73% on a host whose XLA:CPU rounds differently (AMD EPYC,
-    # the same code and packages that gave >= 80% before), at 250 81% and the benchmark 64%; at 400 94% and 100%.
+    # BT runs its config's 400 steps at its lr 1e-3. At lr 3e-3, 150 steps held out 73% on an AMD EPYC host (the
+    # same code and packages gave >= 80% on another), 400 steps 94%; there the recipe's BT collapsed (loss 0.6931).
     _, bt_acc = _train("tiny_disrm_bt.yaml", tmp_path / "bt", "steps=400", f"model.init={tmp_path / 'lm_hf'}",
                        f"data.source={data / 'disrm_train.jsonl'}", f"data.eval_source={data / 'disrm_eval.jsonl'}")
     assert lm_acc >= 0.8, lm_acc
