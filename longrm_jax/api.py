@@ -28,9 +28,19 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import os
+
 import numpy as np
 
-from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
+from longrm_jax.evaluation.encoding import (UPSTREAM_MAX_LENGTH, ModelDirError, disrm_sequences_batch, grm_prompt_ids,
+                                            load_chat_tokenizers, verdict_letter_token_ids)
+from longrm_jax.evaluation.grm.generator import make_generator
+from longrm_jax.evaluation.judging import grm_prediction
+from longrm_jax.evaluation.metrics import BEST_OF_N, PAIRWISE, preferred_answer_order
+from longrm_jax.evaluation.runner import EvalConfig, build_mesh, load_model, resolve_dtype
+from longrm_jax.evaluation.samples import EvalSample
+from longrm_jax.evaluation.scoring import DisRMScorer
+from longrm_jax.hf.load import read_hf_config
 
 Prompt = str | Sequence[Mapping[str, str]]
 
@@ -58,9 +68,6 @@ JUDGE_KINDS = ("auto", "pair", "rank")
 def _sample(prompt: Prompt, answers: Sequence[str], index: int = 0, kind: str = "auto"):
     """The evaluator's sample for ``answers`` to ``prompt``, shown in the given order. ``kind``: "pair" (the
     pairwise prompt, ``[[A]]`` / ``[[B]]``; 2 answers), "rank" (a ranking, ``[[B>A>C]]``), "auto": pair for 2."""
-    from longrm_jax.evaluation.metrics import BEST_OF_N, PAIRWISE
-    from longrm_jax.evaluation.samples import EvalSample
-
     answers = list(answers)
     if not all(isinstance(a, str) for a in answers):
         raise TypeError("answers must be strings")
@@ -78,25 +85,17 @@ def _mesh(mesh):
     """A Mesh as given, or one built from axis sizes (``evaluate --mesh``'s dict)."""
     if mesh is None or not isinstance(mesh, Mapping):
         return mesh
-    from longrm_jax.evaluation.runner import build_mesh
-
     return build_mesh(dict(mesh))
 
 
 def _config(path, *, is_disrm: bool, dtype, mesh, chat_template, max_length, batch_size):
     """The evaluator's settings for ``path`` (dtype None: evaluate's ``--dtype auto``) and the loaded model."""
-    import os
-
-    from longrm_jax.evaluation.runner import EvalConfig, load_model, resolve_dtype
-
     path = os.fspath(path)
     mesh_obj = _mesh(mesh)
     dtype = "auto" if dtype is None else dtype if isinstance(dtype, str) else np.dtype(dtype).name
     cfg = EvalConfig(model_path=path, data_path="", is_disrm=is_disrm, dtype=dtype,
                      max_length=max_length, batch_size=batch_size, chat_template=chat_template, progress=False)
     if not os.path.isdir(path):
-        from longrm_jax.evaluation.encoding import ModelDirError
-
         raise ModelDirError(f"{path}: model directory not found")
     _check_head(path, is_disrm)
     cfg.dtype = resolve_dtype(cfg)
@@ -106,9 +105,6 @@ def _config(path, *, is_disrm: bool, dtype, mesh, chat_template, max_length, bat
 def _check_head(path: str, is_disrm: bool) -> None:
     """Refuse a head that cannot do the job (a causal LM has no trained score head; a classifier cannot write
     a judgement), naming the class that can."""
-    from longrm_jax.evaluation.encoding import ModelDirError
-    from longrm_jax.hf.load import read_hf_config
-
     architectures = read_hf_config(path).get("architectures") or []
     classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
     causal = any(a.endswith("ForCausalLM") for a in architectures)
@@ -143,17 +139,12 @@ class RewardModel:
         """Load a local HF directory (weights + tokenizer). ``dtype``: None scores in the checkpoint's stored
         dtype (evaluate's ``--dtype auto``); ``max_length``: middle truncation as evaluate's ``--max-length``
         (None: none); ``batch_size``: rows per model call."""
-        from longrm_jax.evaluation.encoding import load_chat_tokenizers
-
         cfg, mesh_obj, model = _config(path, is_disrm=True, dtype=dtype, mesh=mesh, chat_template=chat_template,
                                        max_length=max_length, batch_size=batch_size)
         disrm_tokenizer, _ = load_chat_tokenizers(cfg.model_path, chat_template)
         return cls(model, disrm_tokenizer, cfg, mesh_obj)
 
     def _scores(self, prompts: Sequence[Prompt], responses: Sequence[str], progress: bool) -> np.ndarray:
-        from longrm_jax.evaluation.encoding import disrm_sequences_batch
-        from longrm_jax.evaluation.scoring import DisRMScorer
-
         samples = [_sample(p, [r], i) for i, (p, r) in enumerate(zip(prompts, responses))]
         sequences = [ids for pairs in disrm_sequences_batch(samples, self.tokenizer, self.cfg.max_length)
                      for ids, _ in pairs]
@@ -234,8 +225,6 @@ class Judge:
                         max_length: int | None = UPSTREAM_MAX_LENGTH, batch_size: int | None = None) -> Judge:
         """Load a local HF directory (weights + tokenizer). ``dtype``: None generates in bfloat16 (evaluate's
         ``--dtype auto`` for a judge); ``batch_size``: decoding slots (None: from the device's memory)."""
-        from longrm_jax.evaluation.encoding import load_chat_tokenizers
-
         cfg, mesh_obj, model = _config(path, is_disrm=False, dtype=dtype, mesh=mesh, chat_template=chat_template,
                                        max_length=max_length, batch_size=batch_size)
         _, grm_tokenizer = load_chat_tokenizers(cfg.model_path, chat_template)
@@ -262,9 +251,6 @@ class Judge:
         """Judgements of (prompt, answers) or (prompt, answers, kind) tuples, a prompt being a string or chat
         messages (a Long-RewardBench ``prompt_template``: the judge sees their contents joined by blank lines),
         ``kind`` as in :meth:`judge`."""
-        from longrm_jax.evaluation.encoding import grm_prompt_ids, verdict_letter_token_ids
-        from longrm_jax.evaluation.grm.generator import make_generator
-
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         samples = [_sample(*example[:2], i, *example[2:]) for i, example in enumerate(examples)]
@@ -281,10 +267,6 @@ class Judge:
         return [self._judgement(s, g, ids, cut) for s, g, (ids, cut) in zip(samples, generations, encoded)]
 
     def _judgement(self, sample, generation, ids, truncated: bool) -> Judgement:
-        from longrm_jax.evaluation.encoding import verdict_letter_token_ids
-        from longrm_jax.evaluation.judging import grm_prediction
-        from longrm_jax.evaluation.metrics import preferred_answer_order
-
         letters = verdict_letter_token_ids(self.tokenizer, len(sample.answers))
         record = grm_prediction(sample, [sample.shown_order], [generation], self.tokenizer.hf, letters, [len(ids)],
                                 [truncated])

@@ -7,10 +7,12 @@ Flags shared with upstream LongRM's ``evaluate/eval.py`` keep their meaning (``-
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from collections.abc import Sequence
 
-from longrm_jax.cli_support import ExitStatus
+from longrm_jax.cli_support import ExitStatus, InputError, configure_logging, run_cli, silence_absl_warnings
 from longrm_jax.flag_files import parse_with_config
 # The flags live in evaluation/cli_args.py; the names tests and users reach through this module stay here.
 from longrm_jax.evaluation.cli_args import (DEFAULT_MAX_NEW_TOKENS, apply_gpu_decode_flags, build_parser,
@@ -18,18 +20,17 @@ from longrm_jax.evaluation.cli_args import (DEFAULT_MAX_NEW_TOKENS, apply_gpu_de
 from longrm_jax.parallel.topology import program_budget
 from longrm_jax.xla_flags import add_gpu_xla_flags
 
+# The evaluator's heavy modules (the runner, models, HF loading: transformers and jax programs) are imported inside
+# the functions that use them, so that `--help` and a refused flag answer without loading them.
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from longrm_jax.cli_support import run_cli
-
     return run_cli(_evaluate, argv)
 
 
 def _evaluate(argv: Sequence[str]) -> int:
     parser = build_parser()
     args = parse_with_config(parser, argv)
-    from longrm_jax.cli_support import configure_logging, silence_absl_warnings
-
     # Ours at INFO; jax's backend probing only from WARNING up; tokamax's per-shape autotuning-cache misses (absl)
     # not at all, as in train.
     configure_logging()
@@ -88,8 +89,6 @@ def _read_share(path: str | None) -> list[str] | None:
     """A replica's share: the ``file:row`` places of its samples (evaluation.replicas writes the file)."""
     if path is None:
         return None
-    import json
-
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
 
@@ -114,8 +113,6 @@ def no_verdict_parsed(summary: dict) -> bool:
 def _compile_model_config(args: argparse.Namespace):
     """(model config, dtype) for ``--compile-only``: the model directory's config, or a preset's with its own
     vocabulary."""
-    import os
-
     head = "classifier" if args.is_disrm else "causal_lm"
     if os.path.isdir(args.model_path):
         from longrm_jax.hf.load import read_hf_config
@@ -143,8 +140,6 @@ def _compile_model_config(args: argparse.Namespace):
 def _compile_only(args: argparse.Namespace) -> int:
     """``--compile-only --topology NAME`` (evaluation.compile_only): 0 when every program fits, 4 otherwise."""
     if not (args.compile_only and args.topology):
-        from longrm_jax.cli_support import InputError
-
         raise InputError("--compile-only and --topology go together (e.g. --compile-only --topology v5p-8)")
     from longrm_jax.parallel.topology import parse, prepare_host_for_compile_only
 

@@ -18,8 +18,11 @@ import sys
 import tempfile
 from typing import Any
 
-from longrm_jax.cli_support import InputError
+from longrm_jax.cli_support import InputError, add_debug_flag, run_cli, silence_absl_warnings
 from longrm_jax.flag_files import add_config_flags, parse_with_config
+
+# HF loading and saving, the models and orbax are imported inside the functions that use them, so that `--help` and
+# a refused flag answer without loading them.
 
 
 @dataclasses.dataclass
@@ -117,8 +120,6 @@ def check_tokenizer_dir(path: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from longrm_jax.cli_support import add_debug_flag
-
     parser = argparse.ArgumentParser(
         prog="python -m longrm_jax.export",
         description="Write a checkpoint as a Hugging Face directory (sharded safetensors + index, config.json "
@@ -146,8 +147,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _export(argv: list[str]) -> int:
     args = parse_with_config(build_parser(), argv)
-    from longrm_jax.cli_support import silence_absl_warnings
-
     silence_absl_warnings()
     check_out_dir(args.out, args.checkpoint, overwrite=args.overwrite)
     from longrm_jax.hf.save import parse_size, save_pretrained
@@ -203,8 +202,6 @@ def _swap_in(staging: str, out: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from longrm_jax.cli_support import run_cli
-
     return run_cli(_export, argv)
 
 

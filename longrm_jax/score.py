@@ -18,9 +18,12 @@ from collections.abc import Iterator, Sequence
 
 from tqdm.auto import tqdm
 
-from longrm_jax.cli_support import InputError, add_debug_flag, add_no_progress_flag
+from longrm_jax.cli_support import InputError, add_debug_flag, add_no_progress_flag, configure_logging, run_cli, silence_absl_warnings
 from longrm_jax.data.records import DataError
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
+
+# The reward model's stack (longrm_jax.api: jax, the models, transformers' tokenizers) is imported inside the
+# functions that use it, so that `--help` and a refused input line answer without loading it.
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,7 +163,6 @@ def score_rows(model, rows: list[tuple[int, dict]], out, *, chunk: int, progress
 
 def _score(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
-    from longrm_jax.cli_support import configure_logging, silence_absl_warnings
     from longrm_jax.evaluation.cli_args import parse_mesh
 
     configure_logging()
@@ -198,8 +200,6 @@ def _score(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from longrm_jax.cli_support import run_cli
-
     return run_cli(_score, argv)
 
 

@@ -17,7 +17,13 @@ from importlib import resources
 
 import yaml
 
-from longrm_jax.cli_support import ExitStatus, add_debug_flag, add_strict_kernels_flag, add_topology_flags
+from longrm_jax.cli_support import (ExitStatus, InputError, add_debug_flag, add_strict_kernels_flag, add_topology_flags,
+                                    configure_logging, run_cli, silence_absl_warnings)
+from longrm_jax.training.run_lock import RunDirLockedError
+from longrm_jax.xla_flags import GPU_MESH_XLA_FLAGS, GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
+
+# The training stack (jax, the model, data and loop) is imported inside the functions that run it, so that `--help`
+# and a refused flag or config key answer without loading it (seconds of imports).
 
 # The default run (no --config): package data, so an installed package has it too.
 DEFAULT_CONFIG_FILE = "configs/tiny_default.yaml"
@@ -66,8 +72,6 @@ def _allow_pinned_host_memory(cfg) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from longrm_jax.cli_support import run_cli
-
     return run_cli(_train, argv)
 
 
@@ -95,8 +99,6 @@ def _train(argv: list[str]) -> int:
     from longrm_jax.ops import slow_paths
 
     slow_paths.set_strict(cfg.strict_kernels or args.strict_kernels)
-    from longrm_jax.cli_support import configure_logging
-
     configure_logging()
     if args.compile_only or args.topology:
         return _compile_only(cfg, args)
@@ -105,8 +107,6 @@ def _train(argv: list[str]) -> int:
     from longrm_jax.training.interrupt import TrainingInterrupted
     from longrm_jax.training.loop import DegenerateDataError, NonFiniteLossError, run
     from longrm_jax.training.run_dir import ResumeMismatchError
-    from longrm_jax.training.run_lock import RunDirLockedError
-
     try:
         result = run(cfg, resume=args.resume)
     except TrainingInterrupted as e:
@@ -130,13 +130,9 @@ def _prepare_process(cfg) -> None:
     """What the process sets before its first device use: quiet tokenizers and absl, the GPU XLA flags the run's
     mesh and remat policy need, pinned host memory for offloading, the persistent compilation cache."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from longrm_jax.cli_support import silence_absl_warnings
-
     # orbax's routine absl warnings (e.g. "Given directory is read only" restoring model.init from another run's
     # checkpoint) are noise to a user; errors still show, and our own logging is untouched
     silence_absl_warnings()
-    from longrm_jax.xla_flags import GPU_MESH_XLA_FLAGS, GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
-
     add_gpu_xla_flags(GPU_MESH_XLA_FLAGS)  # collectives in the layer loops pipelined: multi-GPU meshes only use them
     if cfg.model.remat in ("save_attention_out", "auto") or cfg.model.remat.startswith("offload_"):
         # Without it XLA re-runs the saved attention kernel on GPUs (docs/perf_training.md), or writes a clone of
@@ -188,8 +184,6 @@ def run_summary(result) -> str:
 
 def _compile_only(cfg, args) -> int:
     """``--compile-only --topology NAME`` (training.compile_only): 0 when the step fits, 4 when it does not."""
-    from longrm_jax.cli_support import InputError
-
     if not (args.compile_only and args.topology):
         raise InputError("--compile-only and --topology go together (e.g. --compile-only --topology v5p-64)")
     if not 0 < args.assume_mfu <= 1:
@@ -199,12 +193,9 @@ def _compile_only(cfg, args) -> int:
     topology = parse(args.topology, args.topology_slices)
     prepare_host_for_compile_only()
     if topology.platform == "gpu":  # the flags a GPU run sets (see _train)
-        from longrm_jax.xla_flags import GPU_MESH_XLA_FLAGS, GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
-
         add_gpu_xla_flags(GPU_MESH_XLA_FLAGS)
         if cfg.model.remat in ("save_attention_out", "auto") or cfg.model.remat.startswith("offload_"):
             add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)
-    from longrm_jax.cli_support import silence_absl_warnings
     from longrm_jax.training.compile_only import compile_train_step
 
     silence_absl_warnings()  # tokamax logs an autotuning-cache miss per kernel shape through absl
