@@ -166,7 +166,7 @@ def silence_absl_warnings() -> None:
     """orbax / grain log through absl; their routine warnings (e.g. about unset options) are noise to a CLI
     user. Our own logging is unaffected."""
     try:
-        from absl import logging as absl_logging
+        from absl import logging as absl_logging  # optional: absent without orbax / grain
     except ImportError:
         return
     absl_logging.set_verbosity(absl_logging.ERROR)

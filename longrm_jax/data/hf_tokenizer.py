@@ -30,7 +30,7 @@ def load_hf_tokenizer(path: str):
             from transformers import PreTrainedTokenizerFast  # heavy: imported only to load one
 
             return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # heavy: imported only to load one
 
     return AutoTokenizer.from_pretrained(path, local_files_only=True)
 

@@ -62,7 +62,7 @@ def default_token_counter() -> Callable[[str], int]:
     """Token counter of the committed tiny tokenizer (falls back to a word estimate if it is missing)."""
     if not os.path.exists(os.path.join(TINY_TOKENIZER_DIR, "tokenizer.json")):
         return approx_token_count
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # only when the committed tokenizer is present
 
     tok = Tokenizer.from_file(os.path.join(TINY_TOKENIZER_DIR, "tokenizer.json"))
     return lambda text: len(tok.encode(text, add_special_tokens=False).ids)

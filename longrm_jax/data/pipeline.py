@@ -45,6 +45,7 @@ raises. Rows of one window may end with empty rows (`num_groups == 0`) to comple
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import json
 import logging
@@ -53,6 +54,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import grain
+import jax
 import numpy as np
 
 from longrm_jax.data.packing import batch_spec, make_buckets, pack_batches
@@ -337,8 +339,6 @@ class TrainIterator:
         self._iter.close()
         self._iter = None
         self._dataset = None
-        import gc
-
         gc.collect()
 
 
@@ -355,8 +355,6 @@ def make_train_iterator(data, tokenizer, *, stage: str = "simpo", data_format: s
     into the masked prompt.
     """
     if process_index is None or process_count is None:
-        import jax
-
         process_index = jax.process_index() if process_index is None else process_index
         process_count = jax.process_count() if process_count is None else process_count
     cfg = PipelineConfig(stage=stage, process_index=process_index, process_count=process_count, **config)

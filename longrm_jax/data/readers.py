@@ -121,7 +121,7 @@ def open_rows(path: str, split: str | None = None):
     """Random-access raw rows of `path` (see module docstring for the supported sources)."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        import datasets
+        import datasets  # heavy (pyarrow): only for a saved dataset or parquet
 
         try:
             ds = datasets.load_from_disk(path)
@@ -146,7 +146,7 @@ def open_rows(path: str, split: str | None = None):
     if path.endswith(".json"):
         return ListRows(path, _load_json_file(path))
     if path.endswith(".parquet"):
-        import datasets
+        import datasets  # heavy (pyarrow): only for a saved dataset or parquet
 
         return ListRows(path, datasets.Dataset.from_parquet(path))
     raise DataError(path, "file", None, "unknown file type (expected .jsonl, .json, .parquet or a directory)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 
 from longrm_jax.cli_support import (InputError, add_debug_flag, add_no_progress_flag, add_strict_kernels_flag,
                                     add_topology_flags)
@@ -240,13 +241,13 @@ def _gpu_backend_possible(environ) -> bool:
     platforms = environ.get("JAX_PLATFORMS", "").lower()
     if platforms and not any(name in platforms for name in ("cuda", "gpu", "rocm")):
         return False
-    import importlib.metadata
+    import importlib.metadata  # these three: only when JAX_PLATFORMS leaves a GPU possible
     import importlib.util
     import pkgutil
 
     names = [entry.name for entry in importlib.metadata.entry_points(group="jax_plugins")]
     if importlib.util.find_spec("jax_plugins") is not None:
-        import jax_plugins
+        import jax_plugins  # a namespace package that exists only where a plugin is installed
 
         names += [module.name for module in pkgutil.iter_modules(jax_plugins.__path__)]
     return any("cuda" in name or "rocm" in name for name in names)
@@ -259,8 +260,6 @@ def apply_gpu_decode_flags(args: argparse.Namespace, environ=None) -> bool:
     scoring (measured slower prefill with them), with ``--no-gpu-flags``, without a GPU plugin or with
     ``JAX_PLATFORMS`` naming no GPU, and when a backend already runs (too late to take effect).
     """
-    import os
-
     from jax._src import xla_bridge  # noqa: PLC0415 - private, but the only way to ask without starting one
 
     environ = os.environ if environ is None else environ
@@ -277,8 +276,6 @@ def apply_gpu_decode_flags(args: argparse.Namespace, environ=None) -> bool:
 def check_args(args: argparse.Namespace) -> None:
     """Refuse flag values that would run and give a wrong or empty result, before any model, data or backend is
     touched: every error names the flag and what it needs (exit status 2)."""
-    import os
-
     counts = [("--max-new-tokens", args.max_new_tokens, 1), ("--batch-size", args.batch_size, 1),
               ("--max-batch-tokens", args.max_batch_tokens, 1), ("--decode-chunk", args.decode_chunk, 1),
               ("--limit", args.limit, 1), ("--max-length", args.max_length, MIN_MAX_LENGTH),
@@ -312,8 +309,6 @@ MIN_MAX_LENGTH = 16
 
 def _check_writable_dir(flag: str, path: str) -> None:
     """``path`` is (or can be created as) a directory: neither it nor an existing parent is a file."""
-    import os
-
     probe = os.path.abspath(path)
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)

@@ -23,6 +23,7 @@ ordered correctly with a consistent margin.
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -111,8 +112,6 @@ def results_rows(predictions: Iterable[Mapping],
 def write_results_csv(rows: Sequence[tuple[str, float | None]], path) -> None:
     """Write rows like upstream's pandas ``DataFrame.to_csv``: header ``,Task,Value`` then ``i,label,value``
     (None: an empty value, as pandas writes NaN)."""
-    import csv
-
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(["", "Task", "Value"])

@@ -8,7 +8,7 @@ import numpy as np
 
 
 def _pyplot():
-    import matplotlib
+    import matplotlib  # heavy: loaded when a plot is drawn
 
     matplotlib.use("Agg")  # files only; never needs a display
     import matplotlib.pyplot as plt

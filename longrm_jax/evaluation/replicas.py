@@ -37,6 +37,10 @@ from longrm_jax.evaluation.grm.estimate import DEVICES, prefill_flops
 from longrm_jax.evaluation.grm.slot_plan import kv_cache_bytes, plan_slots
 from longrm_jax.evaluation.samples import EvalSample
 from longrm_jax.evaluation.timings import Timings
+from longrm_jax.hf.load import read_hf_config
+from longrm_jax.models.config import from_hf_config
+from longrm_jax.models.flop_counts import decoder_matmul_params
+from longrm_jax.ops import slow_paths
 from longrm_jax.parallel.topology import GiB
 
 logger = logging.getLogger(__name__)
@@ -88,8 +92,6 @@ def gpu_memory_bytes(gpu_id: str) -> int | None:
 
 def weight_bytes(config, dtype: str) -> int:
     """Bytes of the decoder's weights in the compute dtype (embeddings included)."""
-    from longrm_jax.models.flop_counts import decoder_matmul_params
-
     embeddings = config.vocab_size * config.hidden_size * (1 if config.tie_word_embeddings else 2)
     return (decoder_matmul_params(config) + embeddings) * (4 if dtype == "float32" else 2)
 
@@ -344,10 +346,6 @@ def judge_on_replicas(cfg, samples: list[EvalSample], replica_argv: Callable[[st
     (predictions by (file, row) of the samples the replicas judged, the samples too long for one device, left
     to the caller's seq mesh, the number of devices, the replicas' merged timings). None
     when the plan is one program (the caller judges every sample in this process)."""
-    from longrm_jax.hf.load import read_hf_config
-    from longrm_jax.models.config import from_hf_config
-    from longrm_jax.ops import slow_paths
-
     config = from_hf_config(read_hf_config(cfg.model_path))
     devices, reason = plan_replicas(str(cfg.replicas), cfg.mesh, config, cfg.dtype)
     logger.info("replicas: %s", reason)

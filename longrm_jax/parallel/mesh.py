@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from longrm_jax.cli_support import InputError
@@ -103,8 +104,6 @@ def make_mesh(
         # so some of its hops cross two links.
         if "assignment" not in str(e):
             raise
-        from jax.experimental import mesh_utils
-
         grid = mesh_utils.create_device_mesh(tuple(sizes), devices, allow_split_physical_axes=True)
         logger.info("mesh %s split physical device axes to fit the slice (%s)", dict(zip(MESH_AXES, sizes)), e)
         return Mesh(grid, MESH_AXES, axis_types=axis_types)
@@ -125,8 +124,6 @@ def _multislice_grid(sizes: list[int], devices, num_slices: int) -> np.ndarray:
     far slower than the chips' own links) split the outermost axes that divide by them, data first, then fsdp:
     the collectives that cross slices are then the gradient reduction (data) or fsdp's gathers, never the
     ring's hops or tensor parallelism's per-layer exchanges."""
-    from jax.experimental import mesh_utils
-
     dcn, left = _split_greedily(sizes, num_slices)
     named = dict(zip(MESH_AXES, sizes))
     if left != 1:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import jax
+from jax.experimental import multihost_utils
 
 from longrm_jax.cli_support import InputError
 from longrm_jax.training.run_dir import ResumeMismatchError
@@ -194,6 +195,4 @@ def _set_aside(point: ResumePoint) -> None:
             log.warning("--resume: corrupt step %d kept aside in %s; the run goes on from step %d", step, dst,
                         point.step)
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
         multihost_utils.sync_global_devices("longrm_jax corrupt checkpoint steps set aside")

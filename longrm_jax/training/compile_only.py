@@ -27,9 +27,15 @@ from longrm_jax.parallel.compiled import cost_flops, describe_counts, flop_text,
 from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.parallel.topology import GiB, Topology, host_count, program_budget, step_seconds
 from longrm_jax.training.config_schema import ModelSection, TrainConfig
+from longrm_jax.training.data_source import load_tokenizer
+from longrm_jax.training.data_source import slots as data_slots
 from longrm_jax.training.memory_budget import HOST_RAM_SHARE
 from longrm_jax.training.memory_plan import MemoryPlanError, plan_train_step, predicted_host, predicted_peak
 from longrm_jax.training.mesh_plan import plan_auto_mesh
+from longrm_jax.training.model_setup import PRESETS, model_config, preset_config, with_training_numerics
+from longrm_jax.training.state import lr_schedule, make_optimizer
+from longrm_jax.training.step_groups import check_rows_split, groups_bound
+from longrm_jax.training.steps import StageSpec
 from longrm_jax.training.telemetry import step_flops
 
 
@@ -60,9 +66,6 @@ def _model_config(cfg: TrainConfig):
     """(the model's config without its weights, a note): ``model.init``'s when that directory is here, else
     ``model.preset``'s (the shipped 8B configs name their preset for exactly this). A preset without a
     vocabulary of its own takes the tokenizer's (``data.tokenizer`` when it is here, else the bundled one)."""
-    from longrm_jax.training.data_source import load_tokenizer
-    from longrm_jax.training.model_setup import PRESETS, model_config, preset_config, with_training_numerics
-
     tokenizer = None
     if "vocab_size" not in PRESETS.get(cfg.model.preset, {}) and (
             cfg.data.tokenizer is None or os.path.isdir(cfg.data.tokenizer)):
@@ -101,11 +104,6 @@ GPU_COMPILE_MARGIN_GIB = 3.0
 def compile_train_step(cfg: TrainConfig, topology: Topology, *, mfu: float = 0.4) -> CompileReport:
     """Compile ``cfg``'s train step for ``topology`` and report (see the module docstring). Never raises for a
     step that does not fit: ``fits`` is False and ``error`` holds the memory plan's message."""
-    from longrm_jax.training.data_source import slots as data_slots
-    from longrm_jax.training.step_groups import check_rows_split, groups_bound
-    from longrm_jax.training.state import lr_schedule, make_optimizer
-    from longrm_jax.training.steps import StageSpec
-
     devices = topology.devices()
     m, mesh, sizes = cfg.mesh, None, {}
     if not m.auto:  # mesh: auto is chosen with the memory plan below

@@ -8,6 +8,7 @@ from both (``python -m longrm_jax.config_reference --write``).
 
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 
 from longrm_jax.cli_support import InputError
@@ -341,8 +342,6 @@ _MODEL_COUNTS = ("num_layers", "hidden_size", "intermediate_size", "num_heads", 
 def _check_model_overrides(overrides: dict) -> None:
     """model.overrides is a free-form mapping of ModelConfig fields: an unknown name (a typo such as num_layer)
     is refused naming the closest field, and a size below 1 naming its key, before anything runs."""
-    import difflib
-
     valid = [f.name for f in dataclasses.fields(ModelConfig)]
     for key, value in overrides.items():
         if key not in valid:

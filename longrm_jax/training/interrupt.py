@@ -16,6 +16,7 @@ import signal
 import threading
 
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
@@ -68,7 +69,5 @@ class StopSignals:
         """The signal to stop on if this or (multi-process) any process received one, else None."""
         local = self.signum or 0
         if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
-
             local = int(np.max(multihost_utils.process_allgather(np.int32(local))))
         return local or None

@@ -16,6 +16,7 @@ import numpy as np
 
 from longrm_jax.cli_support import ExitStatus
 from longrm_jax.training.host_memory import format_bytes, format_sizes
+from longrm_jax.training.state import on_host
 
 ON_DEVICE_REMAT = ("none", "dots_saveable", "save_attention_out", "full")  # what these save stays on the device
 
@@ -38,8 +39,6 @@ class MemoryPlanError(RuntimeError):
 def bytes_per_device(tree, *, memory: str = "device") -> int:
     """Bytes of one device's shards of a tree of arrays / ShapeDtypeStructs with shardings, counting the leaves
     in device memory (``memory="device"``) or in host memory (``"host"``: an offloaded optimizer state)."""
-    from longrm_jax.training.state import on_host
-
     total = 0
     for x in jax.tree.leaves(tree):
         if on_host(x) != (memory == "host"):

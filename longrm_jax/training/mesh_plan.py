@@ -30,6 +30,8 @@ from longrm_jax.parallel.mesh import MESH_AXES, make_mesh
 from longrm_jax.training.config_schema import TrainConfig
 from longrm_jax.training.memory_plan import MemoryPlanError, StepPlan, plan_train_step, predicted_peak
 from longrm_jax.training.mesh_config import MeshSection
+from longrm_jax.training.model_setup import codec_for
+from longrm_jax.training.state import abstract_state
 
 
 # A fitting candidate this close to the budget is "tight": fewer bytes per step do not outweigh the risk. Measured:
@@ -63,9 +65,6 @@ def resolved(cfg: TrainConfig, cand: mesh_choice.Candidate) -> TrainConfig:
 
 def step_traffic(cfg: TrainConfig, mcfg, tx, key) -> mesh_choice.StepTraffic:
     """What the candidates' collectives depend on, from the abstract train state (shapes only, nothing placed)."""
-    from longrm_jax.training.model_setup import codec_for
-    from longrm_jax.training.state import abstract_state
-
     one = make_mesh(data=1, fsdp=1, seq=1, tensor=1, devices=jax.devices()[:1])
     state, _ = abstract_state(dataclasses.replace(cfg, mesh=MeshSection(fsdp=1)), codec_for(mcfg), tx, one, key)
 

@@ -10,6 +10,7 @@ import dataclasses
 import os
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from longrm_jax.hf.load import load_pretrained, read_hf_config
@@ -138,8 +139,6 @@ def codec_for(mcfg: ModelConfig) -> ParamCodec:
 def trained_model(directory: str, step: int | None = None):
     """An NNX model (CausalLM or SequenceClassifier) with a training checkpoint's weights, LoRA merged, in
     float32 compute: what ``python -m longrm_jax.export`` writes with ``hf.save.save_pretrained``."""
-    import jax.numpy as jnp
-
     from longrm_jax.training.checkpoint import load_trained_weights  # orbax: imported for a training checkpoint only
 
     mcfg, params = load_trained_weights(directory, step)

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 
 import jax
+from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
 from longrm_jax.cli_support import InputError
@@ -117,8 +118,6 @@ def set_aside_previous_run(output_dir: str, ckpt_dir: str, has_checkpoint: bool,
     if jax.process_index() == 0:
         aside = _move_aside(output_dir, ckpt_dir, has_checkpoint, overwrite)
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
         multihost_utils.sync_global_devices("longrm_previous_run_set_aside")
     return aside
 

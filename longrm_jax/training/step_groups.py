@@ -7,6 +7,7 @@ step."""
 from __future__ import annotations
 
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 
 from longrm_jax.cli_support import InputError
@@ -43,8 +44,6 @@ def global_max_groups(host: dict) -> int:
     local = int(np.max(host["num_groups"])) if host["num_groups"].size else 0
     if jax.process_count() == 1:
         return local
-    from jax.experimental import multihost_utils
-
     return int(np.max(multihost_utils.process_allgather(np.int32(local))))
 
 

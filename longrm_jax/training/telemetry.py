@@ -108,7 +108,7 @@ class MetricsWriter:
         # one starts it over (an earlier run's file was moved aside).
         self.jsonl = open(os.path.join(out_dir, "metrics.jsonl"), "a" if append else "w", encoding="utf-8")
         if tensorboard:
-            from tensorboardX import SummaryWriter
+            from tensorboardX import SummaryWriter  # only for tensorboard=true
 
             # purge_step: TensorBoard drops the events of steps >= it that earlier files of this directory hold
             # (the steps a resume replays), instead of drawing both.

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import time
 from collections import deque
 from collections.abc import Sequence
 from functools import partial
@@ -33,6 +34,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 from tqdm.auto import tqdm
 
 from longrm_jax.evaluation.grm.decoding import Generation, letter_logprobs
@@ -233,8 +235,6 @@ class _ContinuousRun:
 
     def timed(self, kind: str, key, fn, *args):
         """Run ``fn`` to completion; its seconds go to ``kind``, or to compile on the first call of ``key``."""
-        import time
-
         begin = time.perf_counter()
         out = fn(*args)
         jax.block_until_ready(out)
@@ -325,8 +325,6 @@ def memory_plan(model, columns: int, memory_bytes: int) -> dict:
 
 def param_bytes(model) -> int:
     """Bytes of every parameter of ``model`` as stored."""
-    from flax import nnx
-
     return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 

@@ -31,7 +31,9 @@ from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
 from longrm_jax.evaluation.batching import pad_rows, plan_batches
+from longrm_jax.evaluation.grm.continuous import continuous_generate, memory_slots
 from longrm_jax.evaluation.grm.decoding import Generation, letter_logprobs
+from longrm_jax.evaluation.grm.slot_plan import plan_pools
 from longrm_jax.evaluation.scoring import mesh_sizes
 from longrm_jax.models.layers import constrain
 from longrm_jax.ops.contract import PAD_POSITION
@@ -222,8 +224,6 @@ class GreedyGenerator:
         """(slots of a continuous-batching pool of ``columns`` cache columns, why)."""
         if self.batch_size:
             return self.batch_size, f"--batch-size {self.batch_size}"
-        from longrm_jax.evaluation.grm.continuous import memory_slots
-
         return memory_slots(self.model, columns, memory_bytes=self.memory_bytes)
 
     def slot_plan(self, lengths: Sequence[int]):
@@ -231,8 +231,6 @@ class GreedyGenerator:
         (:class:`longrm_jax.evaluation.grm.slot_plan.Pool`, longest bucket first); None for static batches."""
         if not self.continuous:
             return None
-        from longrm_jax.evaluation.grm.slot_plan import plan_pools
-
         return plan_pools(lengths, self.max_new_tokens, self._slots_for)
 
     def generate(self, prompts: Sequence[np.ndarray], progress: bool = True, desc: str = "GRM generation",
@@ -244,8 +242,6 @@ class GreedyGenerator:
         finishes (in completion order). This call's phase timings: ``self.timings``."""
         self.timings = {}  # this call's phases (the runner adds up calls)
         if self.continuous:
-            from longrm_jax.evaluation.grm.continuous import continuous_generate
-
             return continuous_generate(self, prompts, slots_for=self._slots_for, chunk=self.decode_chunk,
                                        progress=progress, desc=desc, budgets=budgets, timings=self.timings,
                                        on_result=on_result)
