@@ -27,8 +27,7 @@ from longrm_jax.parallel.compiled import cost_flops, describe_counts, flop_text,
 from longrm_jax.parallel.mesh import make_mesh
 from longrm_jax.parallel.topology import GiB, Topology, host_count, program_budget, step_seconds
 from longrm_jax.training.config_schema import ModelSection, TrainConfig
-from longrm_jax.training.data_source import load_tokenizer
-from longrm_jax.training.data_source import slots as data_slots
+from longrm_jax.training.data_source import load_tokenizer, slots as data_slots
 from longrm_jax.training.memory_budget import HOST_RAM_SHARE
 from longrm_jax.training.memory_plan import MemoryPlanError, plan_train_step, predicted_host, predicted_peak
 from longrm_jax.training.mesh_plan import plan_auto_mesh
