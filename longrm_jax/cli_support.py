@@ -44,6 +44,31 @@ class InputError(ValueError):
 _PLAIN_TYPES = (ValueError, OSError, RuntimeError)
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps the description to the terminal and keeps the examples' epilog as written (one command a line)."""
+
+    def _fill_text(self, text, width, indent):
+        if text.startswith(_EXAMPLES):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+class _DefaultsHelpFormatter(_HelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The same, with each flag's default appended to its help."""
+
+
+_EXAMPLES = "Examples:\n"
+
+
+def cli_parser(module: str, description: str, examples: Sequence[str] = (),
+               show_defaults: bool = False) -> argparse.ArgumentParser:
+    """The parser of ``python -m MODULE``: every CLI shows its name, its description and its example command lines
+    the same way."""
+    epilog = _EXAMPLES + "".join(f"  {line}\n" for line in examples) if examples else None
+    return argparse.ArgumentParser(prog=f"python -m {module}", description=description, epilog=epilog,
+                                   formatter_class=_DefaultsHelpFormatter if show_defaults else _HelpFormatter)
+
+
 def add_debug_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true",
                         help=f"show the full traceback of an error (also: {DEBUG_ENV}=1)")

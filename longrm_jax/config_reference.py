@@ -28,6 +28,7 @@ import typing
 from pathlib import Path
 
 from longrm_jax import export, train
+from longrm_jax.cli_support import cli_parser
 from longrm_jax.evaluation import cli_args
 from longrm_jax.training.config_rules import RULE
 from longrm_jax.training.config_schema import TrainConfig
@@ -209,11 +210,10 @@ def reference() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m longrm_jax.config_reference",
-        description="Write docs/config.md, the reference of every training config key (type, default, range, "
-                    "meaning) and of the train, evaluate and export CLIs' flags, from the code. Prints it without "
-                    "--write or --check.")
+    parser = cli_parser("longrm_jax.config_reference",
+                        "Write docs/config.md, the reference of every training config key (type, default, range, "
+                        "meaning) and of the train, evaluate and export CLIs' flags, from the code. Prints it "
+                        "without --write or --check.")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help=f"rewrite {DOC.parent.name}/{DOC.name} in the checkout")
     mode.add_argument("--check", action="store_true",

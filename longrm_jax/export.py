@@ -18,7 +18,7 @@ import sys
 import tempfile
 from typing import Any
 
-from longrm_jax.cli_support import InputError, add_debug_flag, run_cli, silence_absl_warnings
+from longrm_jax.cli_support import InputError, add_debug_flag, cli_parser, run_cli, silence_absl_warnings
 from longrm_jax.flag_files import add_config_flags, parse_with_config
 
 # HF loading and saving, the models and orbax are imported inside the functions that use them, so that `--help` and
@@ -120,11 +120,9 @@ def check_tokenizer_dir(path: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m longrm_jax.export",
-        description="Write a checkpoint as a Hugging Face directory (sharded safetensors + index, config.json "
-        "with 4.x and 5.x RoPE keys, generation config, tokenizer files) that transformers 4.45-5.x loads.",
-    )
+    parser = cli_parser("longrm_jax.export", "Write a checkpoint as a Hugging Face directory (sharded safetensors + "
+                        "index, config.json with 4.x and 5.x RoPE keys, generation config, tokenizer files) that "
+                        "transformers 4.45-5.x loads.")
     parser.add_argument("--checkpoint", required=True,
                         help="source: a local Hugging Face checkpoint directory, or a training run's orbax "
                              "checkpoint directory (its output_dir, its checkpoints/ or one step folder in it)")

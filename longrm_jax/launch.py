@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from longrm_jax.cli_support import InputError, add_debug_flag, run_cli, visible_gpu_ids
+from longrm_jax.cli_support import InputError, add_debug_flag, cli_parser, run_cli, visible_gpu_ids
 
 # Only training starts jax.distributed (training.distributed); evaluate runs one process over all local GPUs.
 COMMANDS = ("train",)
@@ -51,10 +51,9 @@ def child_env(process_id: int, num_processes: int, port: int, devices_per_proces
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m longrm_jax.launch", description=__doc__.split("\n\n")[0],
-        epilog="Example: python -m longrm_jax.launch -n 4 train --config configs/qwen3_8b_grm_simpo.yaml "
-               "--set mesh.fsdp=4", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli_parser("longrm_jax.launch", __doc__.split("\n\n")[0],
+                   examples=["python -m longrm_jax.launch -n 4 train --config configs/qwen3_8b_grm_simpo.yaml "
+                             "--set mesh.fsdp=4"])
     p.add_argument("-n", "--nproc", type=int, required=True, help="processes to start")
     p.add_argument("--devices-per-process", type=int, default=None,
                    help="GPUs each process drives (default: 1 on a GPU machine, none named on a CPU one)")

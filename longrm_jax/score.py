@@ -18,23 +18,22 @@ from collections.abc import Iterator, Sequence
 
 from tqdm.auto import tqdm
 
-from longrm_jax.cli_support import InputError, add_debug_flag, add_no_progress_flag, configure_logging, run_cli, silence_absl_warnings
+from longrm_jax.cli_support import (InputError, add_debug_flag, add_no_progress_flag, cli_parser, configure_logging,
+                                    run_cli, silence_absl_warnings)
 from longrm_jax.data.records import DataError
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
 
+DESCRIPTION = ("Score responses with a discriminative reward model (a ...ForSequenceClassification checkpoint "
+               "directory with its tokenizer). Input: JSON lines {\"prompt\": str or chat messages, \"response\": "
+               "str} or {..., \"responses\": [str, ...]}. Output: the same objects with \"score\" / \"scores\" "
+               "added, the numbers evaluate --is-disrm computes for the same text.")
 # The reward model's stack (longrm_jax.api: jax, the models, transformers' tokenizers) is imported inside the
 # functions that use it, so that `--help` and a refused input line answer without loading it.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m longrm_jax.score",
-        description="Score responses with a discriminative reward model (a ...ForSequenceClassification checkpoint "
-                    "directory with its tokenizer). Input: JSON lines {\"prompt\": str or chat messages, "
-                    "\"response\": str} or {..., \"responses\": [str, ...]}. Output: the same objects with "
-                    "\"score\" / \"scores\" added, the numbers evaluate --is-disrm computes for the same text.",
-        epilog="example: python -m longrm_jax.score --model-path runs/tiny_disrm_hf --input candidates.jsonl "
-               "--output scored.jsonl")
+    parser = cli_parser("longrm_jax.score", DESCRIPTION, examples=[
+        "python -m longrm_jax.score --model-path runs/tiny_disrm_hf --input candidates.jsonl --output scored.jsonl"])
     parser.add_argument("--model-path", required=True, help="local Hugging Face reward model directory")
     parser.add_argument("--input", required=True, metavar="FILE", help="JSON lines to score (- for stdin)")
     parser.add_argument("--output", default="-", metavar="FILE",

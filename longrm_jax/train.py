@@ -17,7 +17,7 @@ from importlib import resources
 
 import yaml
 
-from longrm_jax.cli_support import (ExitStatus, InputError, add_debug_flag, add_strict_kernels_flag, add_topology_flags,
+from longrm_jax.cli_support import (ExitStatus, InputError, add_debug_flag, cli_parser, add_strict_kernels_flag, add_topology_flags,
                                     configure_logging, run_cli, silence_absl_warnings)
 from longrm_jax.training.run_lock import RunDirLockedError
 from longrm_jax.xla_flags import GPU_MESH_XLA_FLAGS, GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
@@ -31,17 +31,12 @@ DEFAULT_CONFIG = yaml.safe_load(resources.files("longrm_jax").joinpath(DEFAULT_C
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m longrm_jax.train",
-        description=__doc__.split("\n\n")[0] + " Without --config the packaged tiny CPU default runs.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Examples:\n"
-               "  python -m longrm_jax.train\n"
-               "  python -m longrm_jax.train --config configs/tiny_bt.yaml --set steps=50 --set optim.lr=1e-3\n"
-               "  python -m longrm_jax.train --config configs/tiny_simpo.yaml   # after configs/tiny_sft.yaml (its "
-               "model.init)\n"
-               "  python -m longrm_jax.train --config configs/llama31_8b_disrm_bt.yaml --set lora.rank=0 --resume\n",
-    )
+    p = cli_parser("longrm_jax.train", __doc__.split("\n\n")[0] + " Without --config the packaged tiny CPU default runs.",
+                   examples=["python -m longrm_jax.train",
+                             "python -m longrm_jax.train --config configs/tiny_bt.yaml --set steps=50 --set optim.lr=1e-3",
+                             "python -m longrm_jax.train --config configs/tiny_simpo.yaml   # after configs/tiny_sft.yaml "
+                             "(its model.init)",
+                             "python -m longrm_jax.train --config configs/llama31_8b_disrm_bt.yaml --set lora.rank=0 --resume"])
     p.add_argument("--config", help="YAML run config (default: the tiny CPU run shipped with the package)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key (dotted, e.g. optim.lr=1e-5, mesh.seq=2); repeatable")

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 from tqdm import tqdm
 
-from longrm_jax.cli_support import ExitStatus, add_debug_flag, run_cli
+from longrm_jax.cli_support import ExitStatus, add_debug_flag, cli_parser, run_cli
 from longrm_jax.data.packing import bucket_for, make_buckets, own_row_length, plan_rows
 from longrm_jax.data.readers import FORMATS, RecordSource
 from longrm_jax.data.records import BenchRecord, DataError, LongFormRecord
@@ -54,8 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m longrm_jax.data.inspect_data", description="Inspect a dataset as the trainer will see it: counts, length "
-                                "histogram, truncations, packing, one sample with its loss mask.")
+    p = cli_parser("longrm_jax.data.inspect_data", "Inspect a dataset as the trainer will see it: counts, length "
+                   "histogram, truncations, packing, one sample with its loss mask.")
     p.add_argument("--data", required=True, help="a .jsonl/.json/.parquet file or a save_to_disk directory")
     p.add_argument("--tokenizer", required=True,
                    help="local model or tokenizer directory (HF tokenizer + chat template), e.g. the bundled "

@@ -33,7 +33,7 @@ import random
 import sys
 from collections.abc import Callable, Sequence
 
-from longrm_jax.cli_support import InputError, add_debug_flag, run_cli
+from longrm_jax.cli_support import InputError, add_debug_flag, cli_parser, run_cli
 from longrm_jax.data.needles import (DEFAULT_LENGTHS, VALUES, answer_text, approx_token_count, bench_row,
                                      default_token_counter, length_label, make_needle_sample, wrong_values,
                                      write_jsonl)
@@ -129,9 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _write(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m longrm_jax.data.synthetic", description="Write synthetic needle-in-a-haystack preference data "
-                                "(training rows and Long-RewardBench task files).",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = cli_parser("longrm_jax.data.synthetic", "Write synthetic needle-in-a-haystack preference data (training rows "
+                   "and Long-RewardBench task files).", show_defaults=True)
     p.add_argument("--out", required=True, default=argparse.SUPPRESS, help="output directory")
     p.add_argument("--num-train", type=int, default=2000, help="training rows (train.jsonl)")
     p.add_argument("--num-eval", type=int, default=200, help="held-out rows (eval.jsonl)")

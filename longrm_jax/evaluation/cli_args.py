@@ -9,7 +9,7 @@ import logging
 import os
 
 from longrm_jax.cli_support import (InputError, add_debug_flag, add_no_progress_flag, add_strict_kernels_flag,
-                                    add_topology_flags)
+                                    add_topology_flags, cli_parser)
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
 from longrm_jax.evaluation.samples import DEFAULT_SEED
 from longrm_jax.flag_files import CONFIG_DEST, SET_DEST, add_config_flags
@@ -18,6 +18,10 @@ from longrm_jax.parallel.topology import program_budget
 from longrm_jax.xla_flags import GPU_DECODE_XLA_FLAGS, add_gpu_xla_flags
 
 log = logging.getLogger("longrm_jax.evaluate")  # the CLI's logger: its lines keep the CLI's name
+DESCRIPTION = ("Evaluate a generative (default) or discriminative (--is-disrm) reward model on Long-RewardBench task "
+               "files ({Task}.jsonl) or Long-form RewardBench records. Writes results.csv (upstream layout), "
+               "results.json (+AUC, both-orders agreement), predictions.jsonl and accuracy_by_length.png under "
+               "--save-path.")
 
 
 def parse_mesh(text: str | None) -> dict[str, int] | None:
@@ -72,13 +76,7 @@ def replica_argv(parser: argparse.ArgumentParser, args: argparse.Namespace):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m longrm_jax.evaluate",
-        description="Evaluate a generative (default) or discriminative (--is-disrm) reward model on "
-                    "Long-RewardBench task files ({Task}.jsonl) or Long-form RewardBench records. Writes "
-                    "results.csv (upstream layout), results.json (+AUC, both-orders agreement), "
-                    "predictions.jsonl and accuracy_by_length.png under --save-path.",
-    )
+    parser = cli_parser("longrm_jax.evaluate", DESCRIPTION)
     _model_and_data_args(parser.add_argument_group("model and data"))
     _generation_args(parser.add_argument_group("generation and scoring"))
     _device_args(parser.add_argument_group("devices"))
