@@ -89,7 +89,7 @@ def rows() -> list[dict]:
                               "grad_accum=1", f"mesh.seq={gpus}", "mesh.fsdp=1"]))
     # One GPU, the longest pairs (issue 30): LoRA BT on a bf16 base and full-parameter SimPO with the AdamW state
     # in pinned host memory, each offloading the layer inputs and tiling the MLP (the settings measured at 2 x 64K
-    # and 2 x 128K on one H100, docs/benchmarks.md session 10).
+    # and 2 x 128K on one H100, docs/perf_training.md, "Settings by pair length").
     one_gpu = ["model.mlp_chunk_tokens=8192", "model.remat=offload_layer_inputs", "data.layout=rows",
                "data.batch_rows=2", "grad_accum=1", "mesh.seq=1", "mesh.fsdp=1"]
     for topo, pairs in (("h100x1", (131072, 163840, 196608)), ("h200x1", (196608, 262144))):
