@@ -34,6 +34,7 @@ from longrm_jax.data.packing import bucket_for
 from longrm_jax.evaluation.batching import fit_buckets
 from longrm_jax.evaluation.grm.estimate import prefill_flops
 from longrm_jax.evaluation.scoring import hf_pooled_index
+from longrm_jax.evaluation.timings import Timings
 from longrm_jax.models.cache import KVCache
 from longrm_jax.ops.contract import PAD_POSITION, round_up
 
@@ -107,8 +108,8 @@ class SharedPromptScorer:
         self.config_pad_id = model.config.pad_token_id
         self.chunk = chunk
         self.new_bucket_flops = new_bucket_flops
-        self.timings = {"compile_s": 0.0, "prefill_s": 0.0, "prefill_tokens": 0, "padded_prefill_tokens": 0,
-                        "suffix_tokens": 0}
+        self.timings = Timings({"compile_s": 0.0, "prefill_s": 0.0, "prefill_tokens": 0,
+                                "padded_prefill_tokens": 0, "suffix_tokens": 0})
 
     def score_groups(self, groups: Sequence[Sequence[np.ndarray]], progress: bool = False,
                      desc: str = "DisRM scoring (shared prompt)", repeats: float = 1.0) -> list[np.ndarray]:
@@ -164,9 +165,8 @@ class SharedPromptScorer:
         result = np.asarray(jax.device_get(jnp.stack(scores)), np.float32)
         compiled = _COMPILED[self.chunk]
         first = compiled.get(prefix_bucket, 0) < suffix_bucket
-        self.timings["compile_s" if first else "prefill_s"] += time.perf_counter() - begin
         compiled[prefix_bucket] = max(compiled.get(prefix_bucket, 0), suffix_bucket)
-        self.timings["prefill_tokens"] += prefix
-        self.timings["padded_prefill_tokens"] += prefix_bucket
-        self.timings["suffix_tokens"] += sum(len(s) - prefix for s in sequences)
+        self.timings.add({"compile_s" if first else "prefill_s": time.perf_counter() - begin,
+                          "prefill_tokens": prefix, "padded_prefill_tokens": prefix_bucket,
+                          "suffix_tokens": sum(len(s) - prefix for s in sequences)})
         return result

@@ -36,6 +36,9 @@ class Timings:
     def get(self, key: str, default=None):
         return self._values.get(key, default)
 
+    def __getitem__(self, key: str):
+        return self._values[key]
+
     def as_dict(self) -> dict:
         return dict(self._values)
 

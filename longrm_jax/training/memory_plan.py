@@ -131,18 +131,33 @@ def predicted_host(programs: list[ProgramMemory]) -> int:
     return max((p.host for p in programs), default=0)
 
 
-# Every knob that can lower a step's device memory: what a refusal names when the caller has not narrowed them to
-# the config's own (``reduce_hints``, which the plan passes).
-REDUCE_HINTS = (
-    "model.remat=full (or auto: the fastest policy that fits)",
-    "model.mlp_chunk_tokens=8192 (the sequence-tiled MLP)",
-    "a shorter data.seq_len, or fewer data.batch_rows per micro step (grad_accum keeps the step's batch)",
-    "mesh.seq > 1 (sequence parallel: ring attention splits the activations over devices)",
-    "more devices on mesh.fsdp (weights, gradients and optimizer state are sharded over them)",
-    "lora.rank > 0 (LoRA: no gradients or optimizer state for the base weights)",
-    "model.param_dtype=bfloat16 (halves weights, gradients and optimizer state; fp32 masters are the default)",
-    "optim.offload_state=true (AdamW moments in pinned host memory between steps)",
-)
+# What a refusal suggests, each knob's text written once: ``reduce_hints`` picks those that would change something
+# for the config; ``REDUCE_HINTS`` is every knob, for a caller that has not narrowed them.
+_HINT = {
+    "remat_full": "model.remat=full (or auto: the fastest policy that fits)",
+    "remat_offload": "model.remat=offload_layer_inputs (the layers' saved inputs in pinned host memory instead of "
+                     "the device's)",
+    "remat_offload_less": "model.remat=offload_layer_inputs (attention recomputed: nothing of it saved)",
+    "mlp_chunk": f"model.mlp_chunk_tokens={AUTO_MLP_CHUNK_TOKENS} (the sequence-tiled MLP)",
+    "seq_len": "a shorter data.seq_len",
+    "fewer_rows": ", or fewer data.batch_rows per micro step (grad_accum keeps the step's batch)",
+    "more_devices": "more devices (GPUs, or a larger --topology when compiling), then mesh.seq > 1 (sequence "
+                    "parallel: ring attention splits the activations over them) or mesh.fsdp > 1 (weights, "
+                    "gradients and optimizer state sharded over them)",
+    "fsdp": "more devices on mesh.fsdp (weights, gradients and optimizer state are sharded over them)",
+    "lora": "lora.rank > 0 (LoRA: no gradients or optimizer state for the base weights)",
+    "bf16": "model.param_dtype=bfloat16 (halves weights, gradients and optimizer state; fp32 masters are the "
+            "default)",
+    "offload_state": "optim.offload_state=true (AdamW moments in pinned host memory between steps)",
+}
+
+
+def _seq_hint(seq: int) -> str:
+    return f"mesh.seq > {seq} (sequence parallel: ring attention splits the activations over devices)"
+
+
+REDUCE_HINTS = (_HINT["remat_full"], _HINT["mlp_chunk"], _HINT["seq_len"] + _HINT["fewer_rows"], _seq_hint(1),
+                _HINT["fsdp"], _HINT["lora"], _HINT["bf16"], _HINT["offload_state"])
 
 
 def reduce_hints(cfg, mesh_shape: dict) -> tuple[str, ...]:
@@ -150,34 +165,24 @@ def reduce_hints(cfg, mesh_shape: dict) -> tuple[str, ...]:
     (axis -> size): no remat advice where the policy saves nothing more than it must (or ``auto`` already
     tries every policy), no LoRA advice to a LoRA run, and so on."""
     remat, chunk = cfg.model.remat, cfg.model.mlp_chunk_tokens
-    hints = []
+    picked = []
     if remat in ("none", "dots_saveable", "save_attention_out"):
-        hints.append("model.remat=full (or auto: the fastest policy that fits)")
+        picked.append("remat_full")
     if remat in ON_DEVICE_REMAT:
-        hints.append("model.remat=offload_layer_inputs (the layers' saved inputs in pinned host memory instead of "
-                     "the device's)")
+        picked.append("remat_offload")
     elif remat == "offload_layer_inputs_and_attention":
-        hints.append("model.remat=offload_layer_inputs (attention recomputed: nothing of it saved)")
+        picked.append("remat_offload_less")
     if chunk > AUTO_MLP_CHUNK_TOKENS or (chunk == 0 and remat != "auto"):
-        hints.append(f"model.mlp_chunk_tokens={AUTO_MLP_CHUNK_TOKENS} (the sequence-tiled MLP)")
+        picked.append("mlp_chunk")
+    hints = [_HINT[key] for key in picked]
     rows_per_device = cfg.data.batch_rows / (mesh_shape.get("data", 1) * mesh_shape.get("fsdp", 1))
-    hints.append("a shorter data.seq_len" + (", or fewer data.batch_rows per micro step (grad_accum keeps the "
-                                             "step's batch)" if rows_per_device > 1 else ""))
-    seq = mesh_shape.get("seq", 1)
+    hints.append(_HINT["seq_len"] + (_HINT["fewer_rows"] if rows_per_device > 1 else ""))
     if int(np.prod(list(mesh_shape.values()))) == 1:  # one device: the mesh knobs need more of them first
-        hints.append("more devices (GPUs, or a larger --topology when compiling), then mesh.seq > 1 (sequence "
-                     "parallel: ring attention splits the activations over them) or mesh.fsdp > 1 (weights, "
-                     "gradients and optimizer state sharded over them)")
+        hints.append(_HINT["more_devices"])
     else:
-        hints.append(f"mesh.seq > {seq} (sequence parallel: ring attention splits the activations over devices)")
-        hints.append("more devices on mesh.fsdp (weights, gradients and optimizer state are sharded over them)")
-    if cfg.lora.rank == 0:
-        hints.append("lora.rank > 0 (LoRA: no gradients or optimizer state for the base weights)")
-    if cfg.model.param_dtype == "float32":
-        hints.append("model.param_dtype=bfloat16 (halves weights, gradients and optimizer state; fp32 masters are "
-                     "the default)")
-    if not cfg.optim.offload_state:
-        hints.append("optim.offload_state=true (AdamW moments in pinned host memory between steps)")
+        hints += [_seq_hint(mesh_shape.get("seq", 1)), _HINT["fsdp"]]
+    hints += [_HINT[key] for key, wanted in (("lora", cfg.lora.rank == 0), ("bf16", cfg.model.param_dtype == "float32"),
+                                             ("offload_state", not cfg.optim.offload_state)) if wanted]
     return tuple(hints)
 
 

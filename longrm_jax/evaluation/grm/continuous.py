@@ -28,7 +28,7 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 
 import jax
@@ -47,6 +47,7 @@ from longrm_jax.evaluation.grm.slot_plan import (  # noqa: F401 - MEMORY_FRACTIO
     plan_pools,
     plan_slots,
 )
+from longrm_jax.evaluation.timings import Timings
 from longrm_jax.ops import slow_paths
 from longrm_jax.ops.contract import PAD_POSITION
 from longrm_jax.parallel.target import target_of
@@ -166,23 +167,28 @@ def _decode_chunk(model, cache, state: SlotState, stop_ids, letter_ids, stop_on_
     return cache, state, step
 
 
-# Shapes already run in this process (their jitted functions are cached): a first call's time is compile time.
-_SEEN_SHAPES: set = set()
+@dataclasses.dataclass
+class _Steps:
+    """The jitted admit and decode steps of one (chunk, max_new, pad_id), kept for the process, and the shapes they
+    have run: a step's first call of a shape compiles it, so its time is compile time."""
+    admit: Callable
+    decode: Callable
+    shapes_run: set = dataclasses.field(default_factory=set)
 
 
 @functools.lru_cache(maxsize=None)
-def _jitted(chunk: int, max_new: int, pad_id: int, donate: bool):
+def _jitted(chunk: int, max_new: int, pad_id: int, donate: bool) -> _Steps:
     # Donation lets the slot cache be updated in place (the CPU backend does not support it).
     admit = jax.jit(partial(_prefill_admit, max_new=max_new, pad_id=pad_id),
                     donate_argnums=(1, 2) if donate else ())
     decode = jax.jit(partial(_decode_chunk, chunk=chunk, max_new=max_new, pad_id=pad_id),
                      donate_argnums=(1, 2) if donate else ())
-    return admit, decode
+    return _Steps(admit, decode)
 
 
 def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, chunk: int, progress: bool,
-                        desc: str, budgets: Sequence[int] | None = None, timings: dict | None = None,
-                        on_result=None):
+                        desc: str, budgets: Sequence[int] | None = None,
+                        on_result=None) -> tuple[list[Generation], Timings]:
     """Greedy continuations of ``prompts`` with slot refilling; ``generator`` is the calling
     ``GreedyGenerator`` (model, ids, prefill), ``slots_for(total_columns)`` -> (slots of a pool, why), see
     :func:`longrm_jax.evaluation.grm.slot_plan.plan_pools`; the plan is logged once per call.
@@ -190,17 +196,17 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
     ``on_result(index, generation)``: called as each prompt finishes (the evaluator journals finished work).
 
     ``budgets``: per-prompt token budgets (each <= ``max_new_tokens``; default all ``max_new_tokens``).
-    ``timings``: a dict that receives seconds and token counts per phase (``compile_s``: first calls of
-    each shape, which compile; ``prefill_s``, ``decode_s``; ``prefill_tokens``, ``decode_tokens``,
-    ``decode_calls``, ``generated_tokens``: stop tokens included; ``slot_plan``: bucket -> slots); timing
-    synchronises with the device once per call, as the loop does anyway."""
+    Returns (generations in ``prompts``' order, this call's :class:`Timings`: seconds and token counts per phase,
+    ``compile_s``: first calls of each shape, which compile; ``prefill_s``, ``decode_s``; ``prefill_tokens``,
+    ``decode_tokens``, ``decode_calls``, ``generated_tokens``: stop tokens included; ``max_slots``;
+    ``slot_plan``: bucket -> slots). Timing synchronises with the device once per call, as the loop does anyway."""
     max_new = generator.max_new_tokens
     if budgets is None:
         budgets = [max_new] * len(prompts)
     if len(budgets) != len(prompts) or any(not 1 <= int(b) <= max_new for b in budgets):
         raise ValueError(f"budgets must be one per prompt, each in [1, {max_new}]")
     if not prompts:
-        return []
+        return [], Timings()
     pools = plan_pools([len(p) for p in prompts], max_new, slots_for)
     logger.info("%s", format_pool_plan(pools, max_new))
     bar = tqdm(total=len(prompts), unit="prompt", desc=desc, disable=not progress)
@@ -208,12 +214,7 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
     for pool in pools:
         run.pool(pool)
     bar.close()
-    if timings is not None:
-        for key, value in run.clock.items():
-            timings[key] = timings.get(key, 0) + value
-        timings["max_slots"] = max(timings.get("max_slots", 0), run.max_slots)
-        timings["slot_plan"] = {**timings.get("slot_plan", {}), **run.slot_plan}  # bucket -> slots
-    return run.results
+    return run.results, Timings(run.clock).add({"max_slots": run.max_slots, "slot_plan": run.slot_plan})
 
 
 class _ContinuousRun:
@@ -224,8 +225,7 @@ class _ContinuousRun:
         self.generator, self.prompts, self.budgets, self.chunk = generator, prompts, budgets, chunk
         self.bar, self.on_result = bar, on_result
         self.max_new, self.pad_id = generator.max_new_tokens, generator.pad_id
-        self.admit, self.decode = _jitted(chunk, self.max_new, self.pad_id,
-                                          target_of(generator.mesh).platform != "cpu")
+        self.steps = _jitted(chunk, self.max_new, self.pad_id, target_of(generator.mesh).platform != "cpu")
         self.stop_set = set(np.asarray(generator.stop_ids).tolist())
         self.results: list = [None] * len(prompts)
         self.clock = {"compile_s": 0.0, "prefill_s": 0.0, "decode_s": 0.0, "prefill_tokens": 0, "decode_tokens": 0,
@@ -239,9 +239,8 @@ class _ContinuousRun:
         out = fn(*args)
         jax.block_until_ready(out)
         spent = time.perf_counter() - begin
-        key = (key, self.chunk, self.max_new, self.pad_id)
-        self.clock["compile_s" if key not in _SEEN_SHAPES else kind] += spent
-        _SEEN_SHAPES.add(key)
+        self.clock["compile_s" if key not in self.steps.shapes_run else kind] += spent
+        self.steps.shapes_run.add(key)
         return out
 
     def pool(self, pool) -> None:
@@ -259,7 +258,7 @@ class _ContinuousRun:
         for row in range(min(slots, len(queue))):  # spare slots (power-of-two rounding) stay inactive
             cache, state = self.fill(bucket, slots, queue.popleft(), row, owner, cache, state)
         while any(o is not None for o in owner):
-            cache, state, _ = self.timed("decode_s", ("decode", bucket, slots), self.decode, g.model, cache, state,
+            cache, state, _ = self.timed("decode_s", ("decode", bucket, slots), self.steps.decode, g.model, cache, state,
                                          g.stop_ids, g.letter_ids, np.bool_(bool(queue)))
             self.clock["decode_calls"] += 1
             done, count = jax.device_get((state.done, state.count))
@@ -283,7 +282,7 @@ class _ContinuousRun:
         ids = np.full((1, bucket), self.pad_id, np.int32)
         ids[0, :len(seq)] = seq
         positions = np.where(np.arange(bucket) < len(seq), np.arange(bucket), PAD_POSITION)[None].astype(np.int32)
-        cache, state = self.timed("prefill_s", ("admit", bucket, slots), self.admit, g.model, cache, state, ids,
+        cache, state = self.timed("prefill_s", ("admit", bucket, slots), self.steps.admit, g.model, cache, state, ids,
                                   positions, np.array([len(seq) - 1], np.int32), g.letter_ids, np.int32(row),
                                   np.int32(len(seq)), np.int32(self.budgets[item]), g.stop_ids)
         self.clock["prefill_tokens"] += len(seq)

@@ -35,6 +35,7 @@ from longrm_jax.evaluation.grm.continuous import continuous_generate, memory_slo
 from longrm_jax.evaluation.grm.decoding import Generation, letter_logprobs
 from longrm_jax.evaluation.grm.slot_plan import plan_pools
 from longrm_jax.evaluation.scoring import mesh_sizes
+from longrm_jax.evaluation.timings import Timings
 from longrm_jax.models.layers import constrain
 from longrm_jax.ops.contract import PAD_POSITION
 from longrm_jax.parallel.placement import place_batch
@@ -199,7 +200,7 @@ class GreedyGenerator:
             raise ValueError(f"decode_chunk must be >= 1, got {decode_chunk}")
         self.decode_chunk = int(decode_chunk)
         self.memory_bytes = memory_bytes
-        self.timings: dict = {}
+        self.timings = Timings()  # the last generate call's phases (the runner adds up the calls')
         _, self.seq_size = mesh_sizes(mesh)
         self._decode = _jitted_decode(self.max_new_tokens, self.pad_id, target_of(mesh).platform != "cpu")
 
@@ -240,11 +241,12 @@ class GreedyGenerator:
         ``budgets``: per-prompt token budgets (<= ``max_new_tokens``; continuous batching only), e.g. the
         benchmark's simulated judgement lengths. ``on_result(index, generation)``: called as each prompt
         finishes (in completion order). This call's phase timings: ``self.timings``."""
-        self.timings = {}  # this call's phases (the runner adds up calls)
+        self.timings = Timings()
         if self.continuous:
-            return continuous_generate(self, prompts, slots_for=self._slots_for, chunk=self.decode_chunk,
-                                       progress=progress, desc=desc, budgets=budgets, timings=self.timings,
-                                       on_result=on_result)
+            results, self.timings = continuous_generate(self, prompts, slots_for=self._slots_for,
+                                                        chunk=self.decode_chunk, progress=progress, desc=desc,
+                                                        budgets=budgets, on_result=on_result)
+            return results
         if budgets is not None:
             raise ValueError("per-prompt budgets need continuous batching (one device, no --static-batches)")
 
