@@ -17,8 +17,8 @@ from importlib import resources
 
 import yaml
 
-from longrm_jax.cli_support import (ExitStatus, InputError, add_debug_flag, cli_parser, add_strict_kernels_flag, add_topology_flags,
-                                    configure_logging, run_cli, silence_absl_warnings)
+from longrm_jax.cli_support import (ExitStatus, InputError, add_debug_flag, add_strict_kernels_flag, add_topology_flags,
+                                    cli_parser, configure_logging, run_cli, silence_absl_warnings)
 from longrm_jax.training.run_lock import RunDirLockedError
 from longrm_jax.xla_flags import GPU_MESH_XLA_FLAGS, GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
 
@@ -31,12 +31,11 @@ DEFAULT_CONFIG = yaml.safe_load(resources.files("longrm_jax").joinpath(DEFAULT_C
 
 
 def build_parser() -> argparse.ArgumentParser:
+    examples = ["", "--config configs/tiny_bt.yaml --set steps=50 --set optim.lr=1e-3",
+                "--config configs/tiny_simpo.yaml   # after configs/tiny_sft.yaml (its model.init)",
+                "--config configs/llama31_8b_disrm_bt.yaml --set lora.rank=0 --resume"]
     p = cli_parser("longrm_jax.train", __doc__.split("\n\n")[0] + " Without --config the packaged tiny CPU default runs.",
-                   examples=["python -m longrm_jax.train",
-                             "python -m longrm_jax.train --config configs/tiny_bt.yaml --set steps=50 --set optim.lr=1e-3",
-                             "python -m longrm_jax.train --config configs/tiny_simpo.yaml   # after configs/tiny_sft.yaml "
-                             "(its model.init)",
-                             "python -m longrm_jax.train --config configs/llama31_8b_disrm_bt.yaml --set lora.rank=0 --resume"])
+                   examples=[f"python -m longrm_jax.train {example}".rstrip() for example in examples])
     p.add_argument("--config", help="YAML run config (default: the tiny CPU run shipped with the package)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key (dotted, e.g. optim.lr=1e-5, mesh.seq=2); repeatable")

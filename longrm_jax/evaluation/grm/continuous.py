@@ -258,8 +258,8 @@ class _ContinuousRun:
         for row in range(min(slots, len(queue))):  # spare slots (power-of-two rounding) stay inactive
             cache, state = self.fill(bucket, slots, queue.popleft(), row, owner, cache, state)
         while any(o is not None for o in owner):
-            cache, state, _ = self.timed("decode_s", ("decode", bucket, slots), self.steps.decode, g.model, cache, state,
-                                         g.stop_ids, g.letter_ids, np.bool_(bool(queue)))
+            cache, state, _ = self.timed("decode_s", ("decode", bucket, slots), self.steps.decode, g.model, cache,
+                                         state, g.stop_ids, g.letter_ids, np.bool_(bool(queue)))
             self.clock["decode_calls"] += 1
             done, count = jax.device_get((state.done, state.count))
             finished = [row for row in range(slots) if owner[row] is not None and done[row]]
