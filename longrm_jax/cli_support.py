@@ -44,6 +44,9 @@ class InputError(ValueError):
 _PLAIN_TYPES = (ValueError, OSError, RuntimeError)
 
 
+_EXAMPLES = "Examples:\n"  # the first line of a CLI's epilog of example commands
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """Wraps the description to the terminal and keeps the examples' epilog as written (one command a line)."""
 
@@ -55,9 +58,6 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 class _DefaultsHelpFormatter(_HelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """The same, with each flag's default appended to its help."""
-
-
-_EXAMPLES = "Examples:\n"
 
 
 def cli_parser(module: str, description: str, examples: Sequence[str] = (),

@@ -165,24 +165,27 @@ def reduce_hints(cfg, mesh_shape: dict) -> tuple[str, ...]:
     (axis -> size): no remat advice where the policy saves nothing more than it must (or ``auto`` already
     tries every policy), no LoRA advice to a LoRA run, and so on."""
     remat, chunk = cfg.model.remat, cfg.model.mlp_chunk_tokens
-    picked = []
+    hints = []
     if remat in ("none", "dots_saveable", "save_attention_out"):
-        picked.append("remat_full")
+        hints.append(_HINT["remat_full"])
     if remat in ON_DEVICE_REMAT:
-        picked.append("remat_offload")
+        hints.append(_HINT["remat_offload"])
     elif remat == "offload_layer_inputs_and_attention":
-        picked.append("remat_offload_less")
+        hints.append(_HINT["remat_offload_less"])
     if chunk > AUTO_MLP_CHUNK_TOKENS or (chunk == 0 and remat != "auto"):
-        picked.append("mlp_chunk")
-    hints = [_HINT[key] for key in picked]
+        hints.append(_HINT["mlp_chunk"])
     rows_per_device = cfg.data.batch_rows / (mesh_shape.get("data", 1) * mesh_shape.get("fsdp", 1))
     hints.append(_HINT["seq_len"] + (_HINT["fewer_rows"] if rows_per_device > 1 else ""))
     if int(np.prod(list(mesh_shape.values()))) == 1:  # one device: the mesh knobs need more of them first
         hints.append(_HINT["more_devices"])
     else:
         hints += [_seq_hint(mesh_shape.get("seq", 1)), _HINT["fsdp"]]
-    hints += [_HINT[key] for key, wanted in (("lora", cfg.lora.rank == 0), ("bf16", cfg.model.param_dtype == "float32"),
-                                             ("offload_state", not cfg.optim.offload_state)) if wanted]
+    if cfg.lora.rank == 0:
+        hints.append(_HINT["lora"])
+    if cfg.model.param_dtype == "float32":
+        hints.append(_HINT["bf16"])
+    if not cfg.optim.offload_state:
+        hints.append(_HINT["offload_state"])
     return tuple(hints)
 
 
