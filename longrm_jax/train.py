@@ -97,6 +97,8 @@ def _train(argv: list[str]) -> int:
     if args.compile_only or args.topology:
         return _compile_only(cfg, args)
     _prepare_process(cfg)
+    import jax
+
     from longrm_jax.data.pipeline import NoTrainableDataError
     from longrm_jax.training.interrupt import TrainingInterrupted
     from longrm_jax.training.loop import DegenerateDataError, NonFiniteLossError, run
@@ -116,7 +118,8 @@ def _train(argv: list[str]) -> int:
             raise
         print(f"error: {e}", file=sys.stderr)
         return ExitStatus.INPUT_REFUSED
-    _print_result(result, slow_paths.summary_line())
+    if jax.process_index() == 0:  # every process holds the same result; one prints it
+        _print_result(result, slow_paths.summary_line())
     return ExitStatus.OK
 
 

@@ -155,3 +155,25 @@ def test_two_processes_match_one_process_across_a_resume(tmp_path):
     assert len(moved) > len(got) // 2, f"the resumed step left the weights (nearly) as they were: moved {moved}"
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+@pytest.mark.slow
+def test_two_processes_report_the_held_out_accuracy_of_one_process(tmp_path):
+    """Held-out evaluation under ``launch -n 2`` on fsdp=2 and on data=2: each process feeds its own rows of
+    every held-out batch, the accuracy is gathered, and process 0 alone prints it. Before and after training it
+    equals one process's run of the same steps."""
+    held_out = ["eval_before=true", "eval_after=true", "data.num_eval=16", "mesh.data=1", "mesh.fsdp=1"]
+    cfg = load_config(None, TINY + held_out + [f"output_dir={tmp_path / 'single'}"], base=DEFAULT_CONFIG)
+    want = loop.run(cfg)
+    assert want.accuracy_before is not None and want.accuracy_after is not None
+    line = ("pairwise accuracy on held-out pairs: before "
+            f"{100 * want.accuracy_before:.1f}%, after {100 * want.accuracy_after:.1f}% (2 steps)")
+    launch = [sys.executable, "-m", "longrm_jax.launch", "-n", "2", "train"]
+    for mesh in (["mesh.data=1", "mesh.fsdp=2"], ["mesh.data=2", "mesh.fsdp=1"]):
+        out = tmp_path / mesh[0][-1]
+        codes, outs = run_all([launch + _cmd(out, *held_out, *mesh)[3:]], env=_env(1), log_dir=str(tmp_path),
+                              timeout_s=400)
+        assert codes == [0], f"{mesh}:\n" + outs[0][-3000:]
+        assert outs[0].count("pairwise accuracy on held-out pairs") == 1, outs[0][-3000:]
+        assert outs[0].count("summary: ") == 1, outs[0][-3000:]
+        assert line in outs[0], f"{mesh}: want {line!r}:\n" + outs[0][-3000:]

@@ -122,6 +122,15 @@ def test_right_cut_data_reports_in_a_few_lines_without_a_false_note(tmp_path, ca
     assert "has no held-out split" in missing_eval_reason(load_config(None, ["data.source=train.jsonl"]))
 
 
+def test_num_eval_zero_says_held_out_evaluation_is_off():
+    """data.num_eval=0 turns synthetic held-out pairs off: the note says so, not "raise data.seq_len"."""
+    from longrm_jax.train import DEFAULT_CONFIG
+    from longrm_jax.training.data_source import missing_eval_reason
+
+    reason = missing_eval_reason(load_config(None, ["data.num_eval=0"], base=DEFAULT_CONFIG))
+    assert reason == "held-out evaluation is off (data.num_eval=0)"
+
+
 def test_a_run_shorter_than_a_pass_still_gets_the_summary_line(caplog):
     """The totals promised at the first cut come when the iterator closes, if the first pass never ended."""
     from longrm_jax.train import DEFAULT_CONFIG

@@ -147,11 +147,13 @@ def count_batches(cfg: TrainConfig, tokenizer: ChatTokenizer, records) -> int:
 
 
 def missing_eval_reason(cfg: TrainConfig) -> str:
-    """Why :func:`eval_batches` gave nothing: a file source without a held-out file, or held-out pairs that were
-    all dropped (e.g. identical after truncation: synthetic data always has a held-out split)."""
+    """Why :func:`eval_batches` gave nothing: a file source without a held-out file, synthetic held-out pairs
+    turned off (data.num_eval=0), or held-out pairs that were all dropped (e.g. identical after truncation)."""
     if cfg.data.eval_source is None and cfg.data.source != "synthetic":
         return (f"no held-out pairs: data.source {cfg.data.source} has no held-out split and data.eval_source is "
                 "unset (set it to a held-out file to measure pairwise accuracy)")
+    if cfg.data.eval_source in (None, "synthetic") and cfg.data.num_eval == 0:
+        return "held-out evaluation is off (data.num_eval=0)"
     source = cfg.data.eval_source or "synthetic"
     return (f"no held-out pairs left: every held-out pair of {source} was dropped (identical after truncation to "
             f"data.seq_len={cfg.data.seq_len}, data.truncation {cfg.data.truncation}; see the data summary line): "
