@@ -50,22 +50,9 @@ def _evaluate(argv: Sequence[str]) -> int:
         # JAX's threshold applies (1 s; JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS), as in train.py.
         jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
     from longrm_jax.evaluation.outputs import format_summary, truncation_line
-    from longrm_jax.evaluation.runner import USER_ERRORS, EvalConfig, run_evaluation
+    from longrm_jax.evaluation.runner import USER_ERRORS, run_evaluation
 
-    cfg = EvalConfig(
-        model_path=args.model_path, data_path=args.data_path, save_path=args.save_path, is_disrm=args.is_disrm,
-        tasks=args.tasks, max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, both_orders=args.both_orders,
-        batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, mesh=args.mesh,
-        static_batches=args.static_batches, queue=args.queue, decode_chunk=args.decode_chunk, decode_attention=args.decode_attention,
-        unroll_decode_layers=args.unroll_decode_layers,
-        device_memory_gib=args.device_memory_gib, simulate_judgement_lengths=args.simulate_judgement_lengths,
-        max_length=None if args.no_truncate else args.max_length, seed=args.seed, dtype=args.dtype,
-        limit=args.limit, share_prompt=args.share_prompt, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress and sys.stderr.isatty(),
-        task_types=args.task_types, longform_protocol=args.longform_protocol, chat_template=args.chat_template,
-        longform_max_new_tokens=args.max_new_tokens, replicas=args.replicas,
-        replica_max_tokens=args.replica_max_tokens,
-        only_samples=_read_share(args.only_samples),
-    )
+    cfg = eval_config(args)
     try:
         summary = run_evaluation(cfg, replica_argv(parser, args))
     except USER_ERRORS as error:  # bad data / model dir: one clear line, no traceback
@@ -83,6 +70,27 @@ def _evaluate(argv: Sequence[str]) -> int:
             print(line)
     print(f"outputs written to {cfg.resolved_save_path()}")
     return NO_VERDICT_EXIT if not args.allow_no_verdicts and no_verdict_parsed(summary) else 0
+
+
+def eval_config(args: argparse.Namespace):
+    """The run's ``EvalConfig`` from the parsed flags (also how training judges its held-out verdicts:
+    longrm_jax.held_out_judge)."""
+    from longrm_jax.evaluation.runner import EvalConfig
+
+    return EvalConfig(
+        model_path=args.model_path, data_path=args.data_path, save_path=args.save_path, is_disrm=args.is_disrm,
+        tasks=args.tasks, max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, both_orders=args.both_orders,
+        batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, mesh=args.mesh,
+        static_batches=args.static_batches, queue=args.queue, decode_chunk=args.decode_chunk, decode_attention=args.decode_attention,
+        unroll_decode_layers=args.unroll_decode_layers,
+        device_memory_gib=args.device_memory_gib, simulate_judgement_lengths=args.simulate_judgement_lengths,
+        max_length=None if args.no_truncate else args.max_length, seed=args.seed, dtype=args.dtype,
+        limit=args.limit, share_prompt=args.share_prompt, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress and sys.stderr.isatty(),
+        task_types=args.task_types, longform_protocol=args.longform_protocol, chat_template=args.chat_template,
+        longform_max_new_tokens=args.max_new_tokens, replicas=args.replicas,
+        replica_max_tokens=args.replica_max_tokens,
+        only_samples=_read_share(args.only_samples),
+    )
 
 
 def _read_share(path: str | None) -> list[str] | None:

@@ -103,8 +103,10 @@ def _train(argv: list[str]) -> int:
     from longrm_jax.training.interrupt import TrainingInterrupted
     from longrm_jax.training.loop import DegenerateDataError, NonFiniteLossError, run
     from longrm_jax.training.run_dir import ResumeMismatchError
+    from longrm_jax.held_out_judge import make_judge
+
     try:
-        result = run(cfg, resume=args.resume)
+        result = run(cfg, resume=args.resume, judge=make_judge(cfg) if cfg.judge.data is not None else None)
     except TrainingInterrupted as e:
         print(str(e), file=sys.stderr)
         return e.exit_code
@@ -146,9 +148,16 @@ def _prepare_process(cfg) -> None:
 
 
 def _print_result(result, slow_line: str | None) -> None:
-    """The run's closing lines: held-out accuracy (or why none), degenerate groups, the summary, checkpoints."""
+    """The run's closing lines: held-out verdicts (a judge's), held-out accuracy (or why none), degenerate groups,
+    the summary, checkpoints."""
+    from longrm_jax.training.step_loop import judge_line
+
+    if result.judged:
+        step = max(result.judged)
+        print(f"judge at step {step}: {judge_line(result.judged[step])}")
+    what = "judgement log-prob accuracy" if result.judged else "pairwise accuracy"
     if result.accuracy_before is not None or result.accuracy_after is not None:
-        print(f"pairwise accuracy on held-out pairs: before {_percent(result.accuracy_before)}, "
+        print(f"{what} on held-out pairs: before {_percent(result.accuracy_before)}, "
               f"after {_percent(result.accuracy_after)} ({result.final_step} steps)")
     elif result.no_eval_reason:
         print(f"pairwise accuracy on held-out pairs: not measured ({result.no_eval_reason})")
@@ -172,6 +181,9 @@ def run_summary(result) -> str:
     loss = result.last_metrics.get("loss")
     accuracy = ("not measured" if result.accuracy_before is None and result.accuracy_after is None
                 else f"{_percent(result.accuracy_before)} -> {_percent(result.accuracy_after)}")
+    if result.judged:
+        accuracy = (f"{_percent(result.judged[max(result.judged)]['verdict_accuracy'])} (verdicts over both orders; "
+                    f"judgement log-probs {accuracy})")
     speed = (f"{result.tokens_per_s:,.0f} tokens/s (steps after the first, which compiles)"
              if result.tokens_per_s else f"{result.tokens:,} tokens")
     saved = ", ".join(map(str, result.saved_steps)) or "none"

@@ -32,7 +32,7 @@ from helpers.execution_heavy import train_cli
 
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs")
 SHORT = ["log_every=25", "progress=false", "tensorboard=false", "eval_before=false", "data.seq_len=256",
-         f"data.tokenizer={TINY_JUDGE_TOKENIZER_DIR}"]
+         f"data.tokenizer={TINY_JUDGE_TOKENIZER_DIR}", "judge.data=null"]
 
 
 def _train(config, out, *sets):

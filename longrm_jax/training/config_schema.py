@@ -196,6 +196,23 @@ class CheckpointSection:
 
 
 @dataclass
+class JudgeSection:
+    """Generative judges (stages sft, simpo): held-out verdicts while training. A judged step is its saved
+    checkpoint, exported and judged by the evaluator as ``python -m longrm_jax.evaluate --both-orders --limit
+    SAMPLES --max-new-tokens N --dtype D`` judges that export: the same prompts, greedy decoding and verdict parser,
+    so the figures equal that command's."""
+
+    # Long-RewardBench task files to judge (a directory of {Task}.jsonl, or one file); null: off.
+    data: str | None = None
+    samples: int = ranged(16, ">= 1")  # samples judged per task file (evaluate's --limit), each in both orders
+    max_new_tokens: int = ranged(64, ">= 1")  # a judgement's token budget (evaluate's --max-new-tokens)
+    # Judge every N steps, at checkpoint steps (a multiple of checkpoint.every), and after the last step; 0: after
+    # the last step only.
+    every: int = ranged(0, ">= 0 (0: after the last step only)")
+    dtype: str = choice("float32", ("float32", "bfloat16"))  # the judge's compute dtype (evaluate's --dtype)
+
+
+@dataclass
 class ProfileSection:
     """Trace optimizer steps [start, start + steps) (1-based) with jax.profiler; 0 steps: off. The trace (an XLA
     xplane, readable by TensorBoard's profile plugin, xprof or scripts/profile_summary.py) goes to `dir`."""
@@ -260,6 +277,7 @@ class TrainConfig:
     lora: LoraSection = field(default_factory=LoraSection)
     mesh: MeshSection = field(default_factory=MeshSection)
     checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
+    judge: JudgeSection = field(default_factory=JudgeSection)
     profile: ProfileSection = field(default_factory=ProfileSection)
     distributed: DistributedSection = field(default_factory=DistributedSection)
 
@@ -283,7 +301,24 @@ class TrainConfig:
                               f"its chosen response against that many rejected ones); got {self.data.num_rejects}")
         _check_synthetic_options(self.data.synthetic)
         _check_model_overrides(self.model.overrides)
+        self._check_judge()
         return self
+
+    def _check_judge(self) -> None:
+        """Held-out judging reads the saved checkpoint of a judged step: a generative stage, a save after the
+        last step, and judged steps among the saved ones."""
+        judge = self.judge
+        if judge.data is None:
+            return
+        if self.head != "causal_lm":
+            raise ConfigError(f"judge.data: held-out judging is for generative judges (stages sft, simpo with an "
+                              f"LM head); stage {self.stage} trains a score head (its held-out figure is the "
+                              "pairwise accuracy). Unset judge.data")
+        if not self.checkpoint.at_end:
+            raise ConfigError("judge.data needs checkpoint.at_end: true (the last step's checkpoint is what is judged)")
+        if judge.every and (not self.checkpoint.every or judge.every % self.checkpoint.every):
+            raise ConfigError(f"judge.every ({judge.every}) must be a multiple of checkpoint.every "
+                              f"({self.checkpoint.every}): a judged step is a saved one")
 
     def _check_ranges(self) -> None:
         """A value outside the range or choices its field declares (``ranged``, ``choice``: a negative step

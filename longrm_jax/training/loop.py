@@ -36,13 +36,15 @@ from longrm_jax.training.run_lock import RunLock
 from longrm_jax.training.state import abstract_state, create_state, lr_schedule, make_optimizer
 from longrm_jax.training.step_groups import StepsByGroups, check_rows_split, groups_bound
 from longrm_jax.training.step_loop import (  # noqa: F401 - the errors are part of this module's API (train.py)
-    DegenerateDataError, NonFiniteLossError, RunResult, StepCallback, StepLoop, degenerate_message, log_line)
+    DegenerateDataError, Judge, NonFiniteLossError, RunResult, StepCallback, StepLoop, degenerate_message, log_line)
 from longrm_jax.training.steps import StageSpec
 from longrm_jax.training.telemetry import MetricsWriter
 
 
-def run(cfg: TrainConfig, *, resume: bool = False, on_step: StepCallback | None = None) -> RunResult:
-    """Train per ``cfg``; with ``resume`` continue from the newest checkpoint of ``checkpoint.dir``.
+def run(cfg: TrainConfig, *, resume: bool = False, on_step: StepCallback | None = None,
+        judge: Judge | None = None) -> RunResult:
+    """Train per ``cfg``; with ``resume`` continue from the newest checkpoint of ``checkpoint.dir``. ``judge``
+    judges saved steps when ``judge.data`` is set (``python -m longrm_jax.train`` gives the evaluator's).
 
     Process 0 holds ``output_dir`` for the whole run (``training.run_lock``); metrics writers are closed however
     the run ends (an open tensorboardX writer prints a traceback at interpreter exit)."""
@@ -50,7 +52,10 @@ def run(cfg: TrainConfig, *, resume: bool = False, on_step: StepCallback | None 
     with contextlib.ExitStack() as stack:
         if jax.process_index() == 0:
             stack.enter_context(RunLock(cfg.output_dir))
-        return _run(cfg, resume, stack, on_step or (lambda step, event: None))
+        if cfg.judge.data is not None and judge is None:
+            log_line("note: judge.data is set but this caller gave no judge: no held-out verdicts "
+                     "(python -m longrm_jax.train judges)")
+        return _run(cfg, resume, stack, on_step or (lambda step, event: None), judge)
 
 
 @dataclass
@@ -71,7 +76,8 @@ class _RunInputs:
     resumable: bool  # --resume and there is a checkpoint to continue from
 
 
-def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: StepCallback) -> RunResult:
+def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: StepCallback,
+         judge: Judge | None) -> RunResult:
     started = time.perf_counter()
     inputs = _prepare_inputs(cfg, resume)
     tx = make_optimizer(cfg.optim, inputs.total_steps)
@@ -104,15 +110,16 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
         result = RunResult(final_step=start, start_step=start, checkpoint_dir=inputs.ckpt_dir,
                            no_eval_reason=inputs.no_eval_reason)
         if cfg.eval_before and start == 0 and inputs.eval_host:
-            result.accuracy_before = _held_out_accuracy(eval_fn, state, inputs, writer, 0, "before")
-        loop = StepLoop(cfg, inputs, mcfg, steps_by_groups, iterator, ckpt, writer, result, on_step, aside, start)
+            result.accuracy_before = _held_out_accuracy(cfg, eval_fn, state, inputs, writer, 0, "before")
+        loop = StepLoop(cfg, inputs, mcfg, steps_by_groups, iterator, ckpt, writer, result, on_step, aside, start,
+                        judge if cfg.judge.data is not None else None)
         state, step = loop.run(state)
         result.final_step = step
         if result.degenerate_groups:
             log_line("WARNING: " + degenerate_message(cfg.data.seq_len, result.degenerate_groups, result.trained_groups,
                                                   "trained"))
         if cfg.eval_after and inputs.eval_host:
-            result.accuracy_after = _held_out_accuracy(eval_fn, state, inputs, writer, step, "after")
+            result.accuracy_after = _held_out_accuracy(cfg, eval_fn, state, inputs, writer, step, "after")
         writer.close()
         result.state = state
     result.wall_s = time.perf_counter() - started
@@ -251,8 +258,13 @@ def _write_run_record(cfg: TrainConfig, plan) -> None:
     plan.write(os.path.join(cfg.output_dir, "memory_plan.json"))
 
 
-def _held_out_accuracy(eval_fn, state, inputs: _RunInputs, writer: MetricsWriter, step: int, when: str) -> float:
+def _held_out_accuracy(cfg: TrainConfig, eval_fn, state, inputs: _RunInputs, writer: MetricsWriter, step: int,
+                       when: str) -> float:
     accuracy = pairwise_accuracy(eval_fn, state, inputs.eval_host, inputs.mesh, inputs.seq_shards, inputs.slots)
-    log_line(f"held-out pairwise accuracy {when} training: {100 * accuracy:.1f}%")
-    writer.write(step, {"accuracy": accuracy}, prefix="eval")
+    # A judge's held-out pairs are judgements: their log-prob comparison is named as such, beside its verdicts.
+    judging = cfg.judge.data is not None
+    name = "judgement_logprob_accuracy" if judging else "accuracy"
+    log_line(f"held-out {'judgement log-prob accuracy' if judging else 'pairwise accuracy'} {when} training: "
+             f"{100 * accuracy:.1f}%")
+    writer.write(step, {name: accuracy}, prefix="eval")
     return accuracy

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from longrm_jax.cli_support import InputError
 
-RECORD_FILES = ("metrics.jsonl", "tensorboard", "config.yaml", "memory_plan.json")
+RECORD_FILES = ("metrics.jsonl", "tensorboard", "config.yaml", "memory_plan.json", "judge")
 PREVIOUS_PREFIX = "previous_run-"
 
 # Settings (dotted prefixes) a checkpoint cannot be resumed under when they changed: they change the train

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
 from longrm_jax.cli_support import ExitStatus
@@ -56,6 +58,7 @@ class RunResult:
     train_s: float = 0.0  # seconds in its train steps, the first (which compiles) excluded
     timed_tokens: int = 0  # tokens of the steps train_s covers
     saved_steps: list = field(default_factory=list)  # complete checkpoint steps at the end
+    judged: dict = field(default_factory=dict)  # held-out judging: step -> its JUDGE_FIGURES (judge.data)
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -73,6 +76,12 @@ def degenerate_message(seq_len: int, degenerate: int, total: int, where: str) ->
             "data.seq_len (inspect the lengths with python -m longrm_jax.data.inspect_data) or check the data for "
             "identical responses")
 
+
+# Held-out judging of a saved step (``judge.data``): judge(checkpoint_dir, step) -> the figures of JUDGE_FIGURES,
+# called on process 0 once the step's checkpoint is complete. The CLI supplies it (longrm_jax.held_out_judge): the
+# evaluator is a sibling of this package.
+Judge = Callable[[str, int], dict]
+JUDGE_FIGURES = ("verdict_accuracy", "agreement", "unparsable", "judgements", "seconds")
 
 # Called as on_step(step, event): event "trained" once step ``step``'s update is done (metrics logged), "saving"
 # right after that step's checkpoint save started (asynchronous saves are still writing). Tests inject faults here.
@@ -97,6 +106,7 @@ class StepLoop:
     on_step: StepCallback
     aside: SetAside | None
     start: int
+    judge: Judge | None = None
 
     def run(self, state):
         """(final state, steps done); the iterator and checkpointer are closed however it ends."""
@@ -141,6 +151,8 @@ class StepLoop:
             self._save(step, state)
             self.regular_saved = step if scheduled else self.regular_saved
             self.on_step(step, "saving")
+        if scheduled and cfg.judge.every and step % cfg.judge.every == 0 and step < total_steps:
+            self._judge(step)
         # The previous run makes way for a checkpoint of this run's schedule, never for an interrupt's: a rerun
         # stopped by Ctrl-C at step 2 has replaced nothing a finished run made.
         if self.aside is not None and jax.process_index() == 0:
@@ -158,9 +170,27 @@ class StepLoop:
         if self.last_saved != step and self.cfg.checkpoint.at_end:
             self._save(step, state)
         self.ckpt.wait()
+        if step not in self.result.judged:
+            self._judge(step)
         if self.aside is not None and jax.process_index() == 0:  # a run that saves no checkpoint replaces by finishing
             self.aside.release_if_replaced(True, "this run has finished" if self.last_saved == self.start else
                                            "this run's first checkpoint is complete")
+
+    def _judge(self, step: int) -> None:
+        """Judge the saved step ``step`` (process 0; the others wait for its figures), log and record them."""
+        if self.judge is None:
+            return
+        self.ckpt.wait()  # the judge reads the complete checkpoint
+        figures = None
+        if jax.process_index() == 0:
+            with jax.set_mesh(None):  # the evaluator places its model itself, outside the training mesh
+                figures = self.judge(self.inputs.ckpt_dir, step)
+        if jax.process_count() > 1:
+            values = np.asarray([figures[k] for k in JUDGE_FIGURES] if figures else [0.0] * len(JUDGE_FIGURES))
+            figures = dict(zip(JUDGE_FIGURES, map(float, multihost_utils.broadcast_one_to_all(values))))
+        self.result.judged[step] = figures
+        self.writer.write(step, figures, prefix="judge")
+        log_line(f"step {step}: {judge_line(figures)}")
 
     def _one_step(self, state, step: int):
         """Train step ``step + 1``: its batch, the update, the finite-loss check; metrics into ``result``."""
@@ -226,6 +256,14 @@ class StepLoop:
         metrics["mfu"] = flops / dt / self.peak if self.peak else None
         metrics["peak_gib"] = peak_device_gib(self.inputs.mesh)
         return metrics
+
+
+def judge_line(figures: dict) -> str:
+    """Held-out judging's figures in words (JUDGE_FIGURES)."""
+    agreement = figures["agreement"]
+    return (f"held-out verdict accuracy {100 * figures['verdict_accuracy']:.1f}% over both orders, agreement "
+            f"{'n/a' if agreement is None else f'{agreement:.2f}'}, {int(figures['unparsable'])} of "
+            f"{int(figures['judgements'])} verdicts unparsable ({figures['seconds']:.1f} s)")
 
 
 def _step_line(step: int, total_steps: int, metrics: dict) -> str:
