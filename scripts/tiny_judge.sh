@@ -5,6 +5,7 @@
 # stage 2 (SimPO, from stage 1) -> export -> evaluation with --both-orders. Prints each step's wall time.
 # README "A judge from scratch". Run from the repository root: `bash scripts/tiny_judge.sh` (it uses .venv;
 # PYTHON=... picks another interpreter; arguments are ignored). Outputs: data/tiny_judge, runs/tiny_*, results/tiny_* (a re-run replaces them).
+# SEED=N sets every training stage's seed (runs and results suffixed _seedN).
 # FAMILY=gemma3 (or mistral, qwen2, qwen3; default llama: the shipped configs as they are) builds the needle LM from
 # that family's tiny preset (tiny_$FAMILY in training.model_setup.PRESETS, as it is: model.overrides={}); every later
 # stage starts from it as usual. Its runs and results go to runs/tiny_*_$FAMILY and results/tiny_*_$FAMILY.
@@ -28,6 +29,13 @@ case "$FAMILY" in
   gemma3|mistral|qwen2|qwen3) S="_$FAMILY"; LM_SET=(--set "model.preset=tiny_$FAMILY" --set "model.overrides={}") ;;
   *) echo "error: FAMILY=$FAMILY: one of llama, gemma3, mistral, qwen2, qwen3" >&2; exit 2 ;;
 esac
+# SEED=N: every training stage's seed (init, data order); its runs and results get the suffix _seedN. The data and
+# the benchmark stay the same for every seed.
+SEED_SET=()
+if [ -n "${SEED:-}" ]; then
+  case "$SEED" in ''|*[!0-9]*) echo "error: SEED=$SEED: a non-negative integer" >&2; exit 2 ;; esac
+  S="${S}_seed$SEED"; SEED_SET=(--set "seed=$SEED")
+fi
 step() {  # name, command...
   local name=$1 t0; shift
   t0=$(date +%s)
@@ -40,19 +48,20 @@ step data "$PY" -m longrm_jax.data.synthetic --out "$DATA" --judge --lengths 32,
     --num-eval 64 --bench-per-task 20 --bench-bon-fraction 0
 # The tiny "pretrained" LM both reward models start from (needle QA SFT), and its HF export for the DisRM.
 step lm "$PY" -m longrm_jax.train --config configs/tiny_lm_needle.yaml --set "output_dir=runs/tiny_lm$S" \
-    ${LM_SET[@]+"${LM_SET[@]}"}
+    ${LM_SET[@]+"${LM_SET[@]}"} ${SEED_SET[@]+"${SEED_SET[@]}"}
 step lm_export "$PY" -m longrm_jax.export --checkpoint "runs/tiny_lm$S" --out "runs/tiny_lm_hf$S" --overwrite
 step disrm_bt "$PY" -m longrm_jax.train --config configs/tiny_disrm_bt.yaml --set "output_dir=runs/tiny_disrm_bt$S" \
-    --set "model.init=runs/tiny_lm_hf$S"
+    --set "model.init=runs/tiny_lm_hf$S" ${SEED_SET[@]+"${SEED_SET[@]}"}
 step disrm_export "$PY" -m longrm_jax.export --checkpoint "runs/tiny_disrm_bt$S" --out "runs/tiny_disrm_hf$S" \
     --overwrite
 step disrm_eval "$PY" -m longrm_jax.evaluate --model-path "runs/tiny_disrm_hf$S" \
     --data-path "$DATA/long_rewardbench" --save-path "results/tiny_disrm$S" --is-disrm --both-orders \
     --dtype float32 --overwrite
 step grm_sft "$PY" -m longrm_jax.train --config configs/tiny_grm_sft.yaml --set "output_dir=runs/tiny_grm_sft$S" \
-    --set "model.init=runs/tiny_lm$S/checkpoints"
+    --set "model.init=runs/tiny_lm$S/checkpoints" ${SEED_SET[@]+"${SEED_SET[@]}"}
 step grm_simpo "$PY" -m longrm_jax.train --config configs/tiny_grm_simpo.yaml \
-    --set "output_dir=runs/tiny_grm_simpo$S" --set "model.init=runs/tiny_grm_sft$S/checkpoints"
+    --set "output_dir=runs/tiny_grm_simpo$S" --set "model.init=runs/tiny_grm_sft$S/checkpoints" \
+    ${SEED_SET[@]+"${SEED_SET[@]}"}
 step grm_export "$PY" -m longrm_jax.export --checkpoint "runs/tiny_grm_simpo$S" --out "runs/tiny_grm_hf$S" --overwrite
 step grm_eval "$PY" -m longrm_jax.evaluate --model-path "runs/tiny_grm_hf$S" --data-path "$DATA/long_rewardbench" \
     --save-path "results/tiny_grm$S" --both-orders --dtype float32 --max-new-tokens 64 --overwrite
