@@ -20,7 +20,7 @@ import yaml
 from longrm_jax.cli_support import (ExitStatus, InputError, add_debug_flag, add_strict_kernels_flag, add_topology_flags,
                                     cli_parser, configure_logging, run_cli, silence_absl_warnings)
 from longrm_jax.training.run_lock import RunDirLockedError
-from longrm_jax.xla_flags import GPU_MESH_XLA_FLAGS, GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
+from longrm_jax.xla_flags import GPU_DECODE_XLA_FLAGS, GPU_MESH_XLA_FLAGS, GPU_TRAIN_XLA_FLAGS, add_gpu_xla_flags
 
 # The training stack (jax, the model, data and loop) is imported inside the functions that run it, so that `--help`
 # and a refused flag or config key answer without loading it (seconds of imports).
@@ -137,6 +137,10 @@ def _prepare_process(cfg) -> None:
         # Without it XLA re-runs the saved attention kernel on GPUs (docs/perf_training.md), or writes a clone of
         # it straight into the offloaded stack. CPU runs ignore GPU flags.
         add_gpu_xla_flags(GPU_TRAIN_XLA_FLAGS)
+    if cfg.judge.data is not None:
+        # Held-out judging decodes in this process as `evaluate` decodes in its own: with its GPU flags (those not
+        # set above), so that greedy tokens, which follow the GEMM kernels' rounding, are the same.
+        add_gpu_xla_flags(GPU_DECODE_XLA_FLAGS)
     if cfg.model.remat == "auto" or cfg.model.remat.startswith("offload_"):
         _allow_pinned_host_memory(cfg)
     if cfg.compilation_cache:
