@@ -41,7 +41,7 @@ want = [json.loads(l) for l in open(sys.argv[1])]
 steps = sorted(sys.argv[2:], key=lambda p: int(p.split("step_")[1].split("/")[0]))
 got = [json.loads(l) for l in open(steps[-1])]
 print(f"  {os.path.basename(os.path.dirname(sys.argv[1]))}: evaluate's predictions "
-      f"{'EQUAL' if got == want else 'DIFFER'} to the training-time judge's of {steps[-1].split('/')[4]} "
+      f"{'EQUAL' if got == want else 'DIFFER'} to the training-time judge's of {steps[-1].split('/')[5]} "
       f"({sum(a != b for a, b in zip(got, want))} of {len(want)} differ)")
 PY
       done
