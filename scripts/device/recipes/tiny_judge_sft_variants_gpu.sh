@@ -3,11 +3,14 @@
 # VARIANTS (default "shipped decay lr1e3"; NAME=--set overrides in the recipe's table below) of
 # configs/tiny_grm_sft.yaml from it, all at once. The shipped variant's last step is exported and judged by
 # `evaluate --both-orders --limit 20` twice, with and without the GPU decode flags (--no-gpu-flags), beside the
-# training-time verdicts of that step. STAGE_S: each process's limit (default 420).
+# training-time verdicts of that step. STAGE_S: each process's limit (default 420). BT="--set k=v ...": also the
+# DisRM of each seed (configs/tiny_disrm_bt.yaml from the LM's export, with those overrides) and its
+# `evaluate --is-disrm --both-orders`.
 source scripts/device/common_min.sh
 SEEDS=${SEEDS:-0 1 4}
 VARIANTS=${VARIANTS:-shipped decay lr1e3}
 declare -A SETS=([shipped]="" [decay]="--set optim.min_lr_ratio=0.1" [lr1e3]="--set optim.lr=1.0e-3"
+                 [lr1e3decay]="--set optim.lr=1.0e-3 --set optim.min_lr_ratio=0.1"
                  [steps3k]="--set steps=3000" [decay3k]="--set steps=3000 --set optim.min_lr_ratio=0.05")
 n=$(( $(wc -w <<< "$SEEDS") * $(wc -w <<< "$VARIANTS") ))
 export JAX_PLATFORMS=cuda PYTHON=python3
@@ -47,6 +50,15 @@ PY
       done
     fi ) &
 done; done
+if [ -n "${BT:-}" ]; then for s in $SEEDS; do
+  ( python3 -m longrm_jax.export --checkpoint /tmp/v/lm$s --out /tmp/v/lm$s.hf --overwrite > /dev/null 2>&1
+    timeout $T python3 -m longrm_jax.train --config configs/tiny_disrm_bt.yaml --set seed=$s --set progress=false \
+      --set output_dir=/tmp/v/bt$s --set model.init=/tmp/v/lm$s.hf $BT > $OUT/bt$s.log 2>&1
+    python3 -m longrm_jax.export --checkpoint /tmp/v/bt$s --out /tmp/v/bt$s.hf --overwrite > /dev/null 2>&1
+    python3 -m longrm_jax.evaluate --model-path /tmp/v/bt$s.hf --data-path $DATA/long_rewardbench --is-disrm \
+      --save-path /tmp/v/bt$s.eval --both-orders --dtype float32 --overwrite --no-progress > $OUT/bteval$s.log 2>&1
+    echo "bt seed $s ($BT): $(grep -h 'pairwise accuracy on held-out' $OUT/bt$s.log); evaluate: $(grep -h '^both_orders_accuracy' $OUT/bteval$s.log)" >> $OUT/summary.txt ) &
+done; fi
 wait
 for s in $SEEDS; do echo "lm seed $s: $(grep -h 'pairwise accuracy on held-out' $OUT/lm$s.log)"; done >> $OUT/summary.txt
 for s in $SEEDS; do for v in $VARIANTS; do
