@@ -18,13 +18,14 @@ DATA=data/tiny_judge
 python3 -m longrm_jax.data.synthetic --out $DATA --judge --lengths 32,64,128 --num-train 8000 --num-eval 64 \
   --bench-per-task 20 --bench-bon-fraction 0 > $OUT/data.log 2>&1 || { echo "data failed"; exit 1; }
 T=${STAGE_S:-420}
-export XLA_PYTHON_CLIENT_MEM_FRACTION=0.25
+export XLA_PYTHON_CLIENT_MEM_FRACTION=$(python3 -c "print(round(0.9 / $(wc -w <<< "$SEEDS"), 3))")
+rm -rf /tmp/v  # a warm machine keeps /tmp: no run of an earlier call is reused
 for s in $SEEDS; do
   timeout $T python3 -m longrm_jax.train --config configs/tiny_lm_needle.yaml --set seed=$s --set progress=false \
     --set output_dir=/tmp/v/lm$s > $OUT/lm$s.log 2>&1 &
 done
 wait
-export XLA_PYTHON_CLIENT_MEM_FRACTION=$(python3 -c "print(round(0.9 / $n, 3))")
+export XLA_PYTHON_CLIENT_MEM_FRACTION=$(python3 -c "print(round(0.9 / ($n + ${BT:+$(wc -w <<< "$SEEDS")}0), 3))")
 for s in $SEEDS; do for v in $VARIANTS; do
   ( t0=$(date +%s)
     timeout $T python3 -m longrm_jax.train --config configs/tiny_grm_sft.yaml --set seed=$s --set progress=false \
