@@ -25,7 +25,8 @@ for s in $SEEDS; do
     --set output_dir=/tmp/v/lm$s > $OUT/lm$s.log 2>&1 &
 done
 wait
-export XLA_PYTHON_CLIENT_MEM_FRACTION=$(python3 -c "print(round(0.9 / ($n + ${BT:+$(wc -w <<< "$SEEDS")}0), 3))")
+at_once=$n; [ -n "${BT:-}" ] && at_once=$(( n + $(wc -w <<< "$SEEDS") ))
+export XLA_PYTHON_CLIENT_MEM_FRACTION=$(python3 -c "print(round(0.9 / $at_once, 3))")
 for s in $SEEDS; do for v in $VARIANTS; do
   ( t0=$(date +%s)
     timeout $T python3 -m longrm_jax.train --config configs/tiny_grm_sft.yaml --set seed=$s --set progress=false \
