@@ -50,13 +50,16 @@ def test_what_the_compiler_writes_before_it_aborts_is_still_shown(tmp_path):
 
 def test_ctrl_c_inside_the_block_leaves_stderr_whole():
     """Ctrl-C reaches the whole process group, the filter included: it ignores SIGINT and drains to the end, so
-    the caller's descriptor comes back and nothing written before or after is lost (no traceback of its own)."""
+    the caller's descriptor comes back and nothing written before or after is lost (no traceback of its own).
+    The child sleeps in short naps: a SIGINT that the kernel hands to another of its threads interrupts no
+    sleep of the main thread, which notices it at its next nap's end (one 60 s sleep let it go unseen)."""
     import signal
     import subprocess
     import sys
 
     code = ("import os, time\nfrom longrm_jax import xla_log\ntry:\n    with xla_log.quiet_xla_memory_lines():\n"
-            "        os.write(2, b'before\\n')\n        time.sleep(60)\nexcept KeyboardInterrupt:\n"
+            "        os.write(2, b'before\\n')\n        for _ in range(600):\n            time.sleep(0.1)\n"
+            "except KeyboardInterrupt:\n"
             "    os.write(2, b'interrupted\\n')\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, start_new_session=True,
                             env={k: v for k, v in os.environ.items() if k != "LONGRM_XLA_LOG"})
