@@ -144,10 +144,15 @@ class RewardModel:
         disrm_tokenizer, _ = load_chat_tokenizers(cfg.model_path, chat_template)
         return cls(model, disrm_tokenizer, cfg, mesh_obj)
 
-    def _scores(self, prompts: Sequence[Prompt], responses: Sequence[str], progress: bool) -> np.ndarray:
+    def sequences(self, prompts: Sequence[Prompt], responses: Sequence[str]) -> list[tuple[np.ndarray, bool]]:
+        """(token ids, whether the middle was cut) of each (prompt, response) as it is scored: the chat template
+        applied, cut over ``max_length`` as evaluate cuts (the reward server batches these across requests)."""
         samples = [_sample(p, [r], i) for i, (p, r) in enumerate(zip(prompts, responses))]
-        sequences = [ids for pairs in disrm_sequences_batch(samples, self.tokenizer, self.cfg.max_length)
-                     for ids, _ in pairs]
+        return [pair for pairs in disrm_sequences_batch(samples, self.tokenizer, self.cfg.max_length)
+                for pair in pairs]
+
+    def _scores(self, prompts: Sequence[Prompt], responses: Sequence[str], progress: bool) -> np.ndarray:
+        sequences = [ids for ids, _ in self.sequences(prompts, responses)]
         if not sequences:
             return np.zeros(0, np.float32)
         pad_id = self.model.config.pad_token_id

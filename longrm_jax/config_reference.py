@@ -14,29 +14,24 @@ its argparse parser (``help``'s first sentence). tests/test_config_reference.py 
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import inspect
-import io
 import json
 import re
 import sys
-import textwrap
-import tokenize
 import types
 import typing
 from pathlib import Path
 
-from longrm_jax import export, train
+from longrm_jax import export, serve, train
 from longrm_jax.cli_support import cli_parser
 from longrm_jax.evaluation import cli_args
+from longrm_jax.schema_flags import field_comments, first_sentence  # noqa: F401 - also this module's names
 from longrm_jax.training.config_rules import RULE
 from longrm_jax.training.config_schema import TrainConfig
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "config.md"
 REGENERATE = "python -m longrm_jax.config_reference --write"
-# Words whose period ends no sentence.
-_ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "vs.", "cf.")
 
 HEADER = f"""# Configuration reference
 
@@ -59,41 +54,6 @@ the same YAML-plus-`--set` format (`longrm_jax.flag_files`): `--config FILE` hol
 `--set max_new_tokens=512` adds or replaces one, and flags on the command line win over both. An unknown name or
 a value the flag would refuse stops the run naming the file and the key.
 """
-
-
-def first_sentence(text: str) -> str:
-    """``text`` up to the end of its first sentence: a period followed by a space, outside parentheses and
-    brackets, that ends no abbreviation (e.g., i.e.)."""
-    depth = 0
-    for i, char in enumerate(text):
-        depth += (char in "([{") - (char in ")]}")
-        if char == "." and depth <= 0 and text[i + 1:i + 2] == " " and not text[:i + 1].endswith(_ABBREVIATIONS):
-            return text[:i + 1]
-    return text
-
-
-def field_comments(cls: type) -> dict[str, str]:
-    """Each field of the dataclass ``cls`` and its comment in the source, its lines joined: the block of comment
-    lines right above the field, else the comment at the end of its line(s)."""
-    source = textwrap.dedent(inspect.getsource(cls))
-    lines = source.splitlines()
-    comments = {}  # line number -> (text, whether the comment is the whole line)
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT:
-            row, col = token.start
-            comments[row] = (token.string.lstrip("#").strip(), not lines[row - 1][:col].strip())
-    out = {}
-    for node in ast.parse(source).body[0].body:
-        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
-            continue
-        block, row = [], node.lineno - 1
-        while comments.get(row, ("", False))[1]:
-            block.insert(0, comments[row][0])
-            row -= 1
-        beside = [comments[r][0] for r in range(node.lineno, node.end_lineno + 1)
-                  if r in comments and not comments[r][1]]
-        out[node.target.id] = " ".join(block or beside)
-    return out
 
 
 def _cell(text: str) -> str:
@@ -197,8 +157,8 @@ def _cli_markdown(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def cli_parsers() -> list[argparse.ArgumentParser]:
-    """The parsers of the three CLIs: train, evaluate, export."""
-    return [train.build_parser(), cli_args.build_parser(), export.build_parser()]
+    """The parsers of the CLIs with settings: train, evaluate, export, serve."""
+    return [train.build_parser(), cli_args.build_parser(), export.build_parser(), serve.build_parser()]
 
 
 def reference() -> str:

@@ -96,22 +96,24 @@ def _build(cls, data: dict, where: str):
     return cls(**kwargs)
 
 
-def from_dict(data: dict, *, source: str = "config") -> TrainConfig:
-    """Build and validate a config from a nested mapping; errors name ``source`` and the dotted key."""
+def from_dict(data: dict, *, source: str = "config", schema: type = TrainConfig):
+    """Build and validate a config of ``schema`` (a dataclass tree with a ``validate`` method) from a nested
+    mapping; errors name ``source`` and the dotted key."""
     try:
-        return _build(TrainConfig, data or {}, "").validate()
+        return _build(schema, data or {}, "").validate()
     except ConfigError as e:
         raise ConfigError(f"{source}: {str(e).lstrip(': ')}") from None
 
 
-def apply_override(data: dict, assignment: str) -> None:
-    """Apply ``dotted.key=value`` to a nested dict in place (value parsed as YAML), checking the key exists."""
+def apply_override(data: dict, assignment: str, schema: type = TrainConfig) -> None:
+    """Apply ``dotted.key=value`` to a nested dict in place (value parsed as YAML), checking the key exists in
+    ``schema``."""
     if "=" not in assignment:
         raise ConfigError(f"--set {assignment!r}: expected key=value")
     key, raw = assignment.split("=", 1)
     parts = key.strip().split(".")
     value = yaml.safe_load(raw) if raw.strip() else ""
-    cls: Any = TrainConfig
+    cls: Any = schema
     node = data
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
@@ -137,8 +139,10 @@ def apply_override(data: dict, assignment: str) -> None:
                 raise ConfigError(f"--set {key}: {'.'.join(parts[: i + 1])} is not a section")
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, *, base: dict | None = None):
-    """Load ``path`` (YAML; None: ``base`` or the defaults), apply ``--set`` overrides, validate."""
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, *, base: dict | None = None,
+                schema: type = TrainConfig):
+    """Load ``path`` (YAML; None: ``base`` or the defaults), apply ``--set`` overrides, validate: a training
+    config, or one of another ``schema`` built the same way (``longrm_jax.serving.config.ServeConfig``)."""
     data: dict = {} if base is None else yaml.safe_load(yaml.safe_dump(base))
     source = "config"
     if path is not None:
@@ -151,18 +155,19 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             loaded = yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise ConfigError(f"{yaml_error_line(path, e)}") from None
-        if loaded is None:
+        if loaded is None and schema is TrainConfig:
             raise ConfigError(f"{path}: the file holds no settings (empty or only comments): it would train with "
                               "the built-in defaults, which are not the packaged default run. Run without --config "
                               "for the packaged run, or start from a file in configs/")
+        loaded = {} if loaded is None else loaded
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping")
         data = _merge(data, loaded)
     for assignment in overrides or []:
-        apply_override(data, assignment)
+        apply_override(data, assignment, schema)
     if overrides:
         source += " + --set"
-    return from_dict(data, source=source)
+    return from_dict(data, source=source, schema=schema)
 
 
 def _merge(base: dict, extra: dict) -> dict:
