@@ -203,11 +203,26 @@ def test_judge_server_equals_the_api_judge(tmp_path):
         status, body, _ = _post(server.port, "/judge", {"context": "The door is blue.", "question": "Which colour?",
                                                         "answers": ["blue", "red"]})
         assert status == 200 and body["text"] == want.text and body["verdict"] == want.verdict
+        # The judge prompt sent as chat messages: the completion is the judgement Judge.judge (and evaluate) decode.
+        from longrm_jax.data.judge_prompts import judge_messages
+
+        messages = judge_messages([{"role": "user", "content": "The door is blue.\n\nWhich colour?"}],
+                                  ["blue", "red"], "pair")
+        status, chat, _ = _post(server.port, "/v1/chat/completions", {"model": "judge", "messages": messages,
+                                                                       "max_tokens": 12, "temperature": 0})
+        assert status == 200 and chat["choices"][0]["message"]["content"] == want.text
         status, chat, _ = _post(server.port, "/v1/chat/completions",
                                 {"model": "judge", "messages": [{"role": "user", "content": "Hello"}],
                                  "max_tokens": 5, "temperature": 0})
         assert status == 200 and chat["object"] == "chat.completion"
         assert chat["usage"]["completion_tokens"] <= 5 and isinstance(chat["choices"][0]["message"]["content"], str)
+        import openai  # the test extra pins it: the client a verl GenRM reward function would use
+
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused", max_retries=0)
+        completion = client.chat.completions.create(model="judge", max_tokens=5, temperature=0,
+                                                    messages=[{"role": "user", "content": "Hello"}])
+        assert completion.choices[0].message.content == chat["choices"][0]["message"]["content"]
+        assert completion.choices[0].finish_reason in ("stop", "length")
         status, answer, _ = _post(server.port, "/judge", {"question": "q", "answers": ["only one"]})
         assert status == 400 and "at least 2 answers" in answer["error"]
         status, answer, _ = _post(server.port, "/get_reward", {"query": ["x"]})
