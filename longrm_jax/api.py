@@ -32,6 +32,7 @@ import os
 
 import numpy as np
 
+from longrm_jax.evaluation.cli_args import setting_problem
 from longrm_jax.evaluation.encoding import (UPSTREAM_MAX_LENGTH, ModelDirError, disrm_sequences_batch, grm_prompt_ids,
                                             load_chat_tokenizers, verdict_letter_token_ids)
 from longrm_jax.evaluation.grm.generator import make_generator
@@ -57,9 +58,34 @@ def _is_one_prompt(prompt: Any) -> bool:
 def _messages(prompt: Prompt) -> list[dict]:
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}]
-    if not _is_one_prompt(prompt) or any("content" not in m for m in prompt):
-        raise TypeError("a prompt is a string or a list of chat messages ({'role': ..., 'content': ...})")
+    if not _is_one_prompt(prompt):
+        raise TypeError(f"a prompt is a string or a list of chat messages ({{'role': ..., 'content': ...}}), got "
+                        f"{type(prompt).__name__}")
+    for i, message in enumerate(prompt):
+        for key in ("role", "content"):
+            if not isinstance(message.get(key), str):
+                raise TypeError(f"prompt message {i}: '{key}' must be a string, got "
+                                f"{'nothing' if key not in message else type(message[key]).__name__}")
     return [dict(m) for m in prompt]
+
+
+def _strings(value: Any, what: str) -> list[str]:
+    """``value`` as a list of strings: a list or tuple of them (a lone string is refused: it is no list)."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"{what} must be a list of strings, got {type(value).__name__}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise TypeError(f"{what}[{i}] must be a string, got {type(item).__name__}")
+    return list(value)
+
+
+def _check_settings(**settings) -> None:
+    """The evaluator's rule for each setting (``evaluation.cli_args.setting_problem``: what evaluate's flags
+    refuse), as a ValueError naming the argument."""
+    for name, value in settings.items():
+        problem = setting_problem(name, value)
+        if problem:
+            raise ValueError(f"{name} {problem}")
 
 
 JUDGE_KINDS = ("auto", "pair", "rank")
@@ -91,8 +117,9 @@ def _mesh(mesh):
 def _config(path, *, is_disrm: bool, dtype, mesh, chat_template, max_length, batch_size):
     """The evaluator's settings for ``path`` (dtype None: evaluate's ``--dtype auto``) and the loaded model."""
     path = os.fspath(path)
-    mesh_obj = _mesh(mesh)
     dtype = "auto" if dtype is None else dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    _check_settings(dtype=dtype, max_length=max_length, batch_size=batch_size)
+    mesh_obj = _mesh(mesh)
     cfg = EvalConfig(model_path=path, data_path="", is_disrm=is_disrm, dtype=dtype,
                      max_length=max_length, batch_size=batch_size, chat_template=chat_template, progress=False)
     if not os.path.isdir(path):
@@ -168,7 +195,7 @@ class RewardModel:
             if not _is_one_prompt(prompt):
                 raise TypeError("one response takes one prompt (a string or a list of chat messages)")
             return float(self._scores([prompt], [response], progress)[0])
-        responses = list(response)
+        responses = _strings(response, "response")
         prompts = [prompt] * len(responses) if _is_one_prompt(prompt) else list(prompt)
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts for {len(responses)} responses: give one prompt, or one each")
@@ -247,7 +274,7 @@ class Judge:
     def judge_many(self, examples: Sequence[tuple[str | None, str, Sequence[str]]], *, max_new_tokens: int = 2048,
                    kind: str = "auto", progress: bool = False) -> list[Judgement]:
         """:meth:`judge` of each (context, question, answers), decoded together (continuous batching)."""
-        prompts = [("\n\n".join(part for part in (context, question) if part), answers, kind)
+        prompts = [("\n\n".join(part for part in (context, question) if part), _strings(answers, "answers"), kind)
                    for context, question, answers in examples]
         return self.judge_prompts(prompts, max_new_tokens=max_new_tokens, progress=progress)
 
@@ -256,8 +283,7 @@ class Judge:
         """Judgements of (prompt, answers) or (prompt, answers, kind) tuples, a prompt being a string or chat
         messages (a Long-RewardBench ``prompt_template``: the judge sees their contents joined by blank lines),
         ``kind`` as in :meth:`judge`."""
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        _check_settings(max_new_tokens=max_new_tokens)
         samples = [_sample(*example[:2], i, *example[2:]) for i, example in enumerate(examples)]
         for sample in samples:
             if len(sample.answers) < 2:

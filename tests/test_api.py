@@ -161,3 +161,41 @@ def test_score_cli_help_and_a_judge_refused(tmp_path, capsys):
     source.write_text('{"prompt": "p", "response": "r"}\n')
     assert score.main(["--model-path", str(lm), "--input", str(source)]) == 2
     assert "has no trained score head to score with; load it with longrm_jax.Judge" in capsys.readouterr().err
+
+
+# What the API refuses, with the rule evaluate's flags apply (evaluation.cli_args.setting_problem), before a model
+# loads or a batch runs; each was accepted and misread before (a string of answers judged as 18 one-letter answers,
+# max_length 0 changing the scores, ...).
+LOAD_REFUSALS = [
+    (dict(max_length=0), ValueError, "max_length must be >= 16, got 0"),
+    (dict(max_length=-10), ValueError, "max_length must be >= 16, got -10"),
+    (dict(max_length=5), ValueError, "max_length must be >= 16, got 5"),
+    (dict(batch_size=0), ValueError, "batch_size must be >= 1, got 0"),
+    (dict(batch_size=-5), ValueError, "batch_size must be >= 1, got -5"),
+    (dict(dtype="float64"), ValueError, "dtype must be one of auto, bfloat16, float32, float16, got 'float64'"),
+]
+
+
+@pytest.mark.parametrize("kwargs, error, message", LOAD_REFUSALS, ids=[m for _, _, m in LOAD_REFUSALS])
+def test_from_pretrained_refuses_what_evaluate_refuses(disrm, kwargs, error, message):
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+        RewardModel.from_pretrained(disrm, **kwargs)
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Judge.from_pretrained(disrm, **kwargs)  # checked before the model kind
+
+
+def test_calls_refuse_what_they_would_misread(disrm, tmp_path):
+    rm = RewardModel.from_pretrained(disrm)
+    with pytest.raises(TypeError, match="response must be a list of strings, got int"):
+        rm.score("q", 5)
+    with pytest.raises(TypeError, match=r"response\[1\] must be a string, got int"):
+        rm.score("q", ["a", 3])
+    with pytest.raises(TypeError, match="prompt message 0: 'role' must be a string, got nothing"):
+        rm.score([{"content": "x"}], "a")
+    judge_dir = tmp_path / "judge"
+    make_tiny_model_dir(judge_dir, "llama", "causal_lm", layers=1)
+    judge = Judge.from_pretrained(str(judge_dir), dtype="float32")
+    with pytest.raises(TypeError, match="answers must be a list of strings, got str"):
+        judge.judge("ctx", "q", "The password is x.")
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1, got 0"):
+        judge.judge("ctx", "q", ["a", "b"], max_new_tokens=0)

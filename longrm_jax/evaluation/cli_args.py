@@ -123,7 +123,7 @@ def _model_and_data_args(group) -> None:
                         help="judge contexts whole (pair with --mesh seq=N so the prefill is split over devices)")
     group.add_argument("--seed", type=int, default=DEFAULT_SEED,
                         help="seed of the per-task answer permutation (default and upstream: %(default)s)")
-    group.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32", "float16"),
+    group.add_argument("--dtype", default="auto", choices=DTYPES,
                         help="compute dtype. auto (default): DisRM scores in the checkpoint's dtype (config.json "
                              "torch_dtype; bfloat16 rounds close reward scores into ties and flips); a GRM "
                              "generates in bfloat16. float16 is what upstream scores in")
@@ -274,13 +274,10 @@ def apply_gpu_decode_flags(args: argparse.Namespace, environ=None) -> bool:
 def check_args(args: argparse.Namespace) -> None:
     """Refuse flag values that would run and give a wrong or empty result, before any model, data or backend is
     touched: every error names the flag and what it needs (exit status 2)."""
-    counts = [("--max-new-tokens", args.max_new_tokens, 1), ("--batch-size", args.batch_size, 1),
-              ("--max-batch-tokens", args.max_batch_tokens, 1), ("--decode-chunk", args.decode_chunk, 1),
-              ("--limit", args.limit, 1), ("--max-length", args.max_length, MIN_MAX_LENGTH),
-              ("--replica-max-tokens", args.replica_max_tokens, 1)]
-    for flag, value, least in counts:
-        if value is not None and value < least:
-            raise InputError(f"{flag} must be >= {least}, got {value}")
+    for name in LEAST:
+        problem = setting_problem(name, getattr(args, name))
+        if problem:
+            raise InputError(f"--{name.replace('_', '-')} {problem}")
     if args.device_memory_gib is not None and not args.device_memory_gib > 0:
         raise InputError(f"--device-memory-gib must be > 0, got {args.device_memory_gib}")
     for axis, size in (args.mesh or {}).items():
@@ -303,6 +300,25 @@ DEFAULT_MAX_NEW_TOKENS = 2048
 
 # --max-length keeps the first max/2 and the last max/2 - 5 tokens: below this, the kept tail is a few tokens.
 MIN_MAX_LENGTH = 16
+
+# The evaluator's count settings and their least values, by name (the flag is --NAME with dashes; the Python API
+# takes the same names), and its compute dtypes: one rule for the CLI and the API (setting_problem).
+LEAST = {"max_new_tokens": 1, "batch_size": 1, "max_batch_tokens": 1, "decode_chunk": 1, "limit": 1,
+         "max_length": MIN_MAX_LENGTH, "replica_max_tokens": 1}
+DTYPES = ("auto", "bfloat16", "float32", "float16")
+
+
+def setting_problem(name: str, value) -> str | None:
+    """What is wrong with ``value`` for the evaluator setting ``name`` (a key of ``LEAST``, or ``dtype``), as the
+    end of an error message ("must be >= 16, got 0"); None when it is fine (None is fine: unset)."""
+    if value is None:
+        return None
+    if name == "dtype":
+        return None if value in DTYPES else f"must be one of {', '.join(DTYPES)}, got {value!r}"
+    least = LEAST[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"must be an integer >= {least}, got {value!r}"
+    return f"must be >= {least}, got {value}" if value < least else None
 
 
 def _check_writable_dir(flag: str, path: str) -> None:
