@@ -91,6 +91,8 @@ def _launch(argv: list[str]) -> int:
     args = _build_parser().parse_args(argv)
     if args.nproc < 1:
         raise InputError(f"--nproc must be at least 1, got {args.nproc}")
+    if args.port is not None and not 1 <= args.port <= 65535:
+        raise InputError(f"--port must be in [1, 65535], got {args.port}")
     per = args.devices_per_process
     if per is None:
         per = 1 if _gpu_count() else 0

@@ -108,8 +108,14 @@ def _read_lines(path: str) -> list[str]:
         return sys.stdin.read().splitlines()
     if not os.path.isfile(path):
         raise InputError(f"--input {path}: no such file")
-    with open(path, encoding="utf-8") as handle:
-        return handle.read().splitlines()
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        line = data[:error.start].count(b"\n") + 1
+        raise InputError(f"--input {path}: line {line} is not UTF-8 (byte 0x{data[error.start]:02x}); JSON lines "
+                         "are UTF-8: convert the file (e.g. iconv -f latin1 -t utf-8)") from None
 
 
 def _check_args(args) -> None:
@@ -124,6 +130,8 @@ def _check_args(args) -> None:
         raise InputError(f"--chat-template {args.chat_template}: no such file")
     if args.output != "-" and args.input != "-" and os.path.abspath(args.output) == os.path.abspath(args.input):
         raise InputError(f"--output {args.output} is the input file; name another")
+    if args.output != "-" and os.path.isdir(args.output):
+        raise InputError(f"--output {args.output} is a directory; name a file (the scored lines go there)")
 
 
 def _chunks(rows: list[tuple[int, dict]], size: int) -> Iterator[list[dict]]:

@@ -24,6 +24,8 @@ def files(tmp_path_factory):
     (root / "bad.yaml").write_text("stage: simpo\nsteps: [1,\n")
     (root / "list.yaml").write_text("- stage\n- simpo\n")
     (root / "rows.jsonl").write_text(json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"}) + "\n{broken\n")
+    (root / "score_rows.jsonl").write_text(json.dumps({"prompt": "p", "response": "a"}) + "\n")
+    (root / "latin1.jsonl").write_bytes(b'{"prompt": "caf\xe9", "response": "a"}\n')
     model = root / "model"
     model.mkdir()
     (model / "config.json").write_text("{not json")
@@ -96,6 +98,12 @@ TABLE = [
     ("score", ["--model-path", "FILES/missing", "--input", "FILES/rows.jsonl"], 2, "--model-path"),
     ("score", ["--model-path", "FILES/empty", "--input", "FILES/missing.jsonl"], 2, "--input"),
     ("score", ["--model-path", "FILES/empty", "--input", "FILES/rows.jsonl"], 2, "line 1, field 'response'"),
+    ("score", ["--model-path", "FILES/empty", "--input", "FILES/score_rows.jsonl", "--output", "FILES/empty"], 2,
+     "is a directory"),
+    ("score", ["--model-path", "FILES/empty", "--input", "FILES/latin1.jsonl"], 2, "line 1 is not UTF-8"),
+    ("train", [OUT, "--set", "steps=99999999999999999999999"], 2, "steps: 99999999999999999999999 is out of range"),
+    ("export", ["--checkpoint", "FILES/empty", "--out", "TMP/out", "--max-shard-size", "0"], 2, "more than 0 bytes"),
+    ("launch", ["-n", "1", "--port", "99999", "train"], 2, "--port must be in [1, 65535]"),
     ("score", ["--model-path", "FILES/empty", "--input", "FILES/a_file"], 2, "line 1: not valid JSON"),
     ("score", ["--model-path", "FILES/empty", "--input", "FILES/rows.jsonl", "--batch-size", "0"], 2,
      "--batch-size"),

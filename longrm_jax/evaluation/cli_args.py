@@ -306,6 +306,7 @@ MIN_MAX_LENGTH = 16
 LEAST = {"max_new_tokens": 1, "batch_size": 1, "max_batch_tokens": 1, "decode_chunk": 1, "limit": 1,
          "max_length": MIN_MAX_LENGTH, "replica_max_tokens": 1}
 DTYPES = ("auto", "bfloat16", "float32", "float16")
+MAX_COUNT = 2**31 - 1
 
 
 def setting_problem(name: str, value) -> str | None:
@@ -318,6 +319,8 @@ def setting_problem(name: str, value) -> str | None:
     least = LEAST[name]
     if isinstance(value, bool) or not isinstance(value, int):
         return f"must be an integer >= {least}, got {value!r}"
+    if value > MAX_COUNT:  # counts reach jitted programs as 32-bit integers
+        return f"must be at most {MAX_COUNT:,}, got {value}"
     return f"must be >= {least}, got {value}" if value < least else None
 
 

@@ -37,11 +37,16 @@ _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**1
 def parse_size(text: str | int) -> int:
     """'5GB' -> 5e9 bytes (HF's decimal units), '500MiB' -> 500 * 2**20; ints pass through."""
     if isinstance(text, int):
+        if text <= 0:
+            raise InputError(f"size {text} must be more than 0 bytes (e.g. 5GB)")
         return text
     match = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", str(text))
     if not match or match.group(2).upper() not in _SIZE_UNITS:
         raise InputError(f"cannot parse size {text!r}; use e.g. 5GB, 500MB, 2GiB or a byte count")
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
+    size = int(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
+    if size <= 0:
+        raise InputError(f"size {text!r} must be more than 0 bytes (e.g. 5GB)")
+    return size
 
 
 def _named_params(model_or_params) -> dict[tuple[str, ...], jax.Array]:

@@ -22,6 +22,9 @@ from longrm_jax.flag_files import yaml_error_line  # noqa: F401 - also this modu
 from longrm_jax.training.mesh_config import MESH_BY_HAND, MeshSection, spelled_out
 
 
+MAX_INT = 2**31 - 1  # the largest integer a setting may hold
+
+
 def _field_types(cls) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
@@ -48,10 +51,12 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return value
         raise ConfigError(f"{where}: expected true/false, got {value!r}")
     if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
         if isinstance(value, float) and value.is_integer():
-            return int(value)
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) > MAX_INT:  # counts reach jitted programs as 32-bit integers
+                raise ConfigError(f"{where}: {value} is out of range (at most {MAX_INT:,} in size)")
+            return value
         raise ConfigError(f"{where}: expected an integer, got {value!r}")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
