@@ -71,11 +71,19 @@ def _stop(procs, sig) -> None:
 
 
 def _wait(procs) -> int:
-    """Wait for every child; the first non-zero status stops the rest and is returned."""
+    """Wait for every child; the first non-zero status stops the rest and is returned (a child killed by signal N
+    as 128 + N, the shell's status for it), after a line saying which process ended how."""
     while True:
         codes = [p.poll() for p in procs]
         failed = next((c for c in codes if c not in (None, 0)), None)
         if failed is not None:
+            index = codes.index(failed)
+            if failed < 0:
+                name = signal.Signals(-failed).name if -failed in signal.Signals._value2member_map_ else -failed
+                print(f"launch: process {index} was killed by {name}; stopping the others", file=sys.stderr)
+                failed = 128 - failed
+            else:
+                print(f"launch: process {index} exited with status {failed}; stopping the others", file=sys.stderr)
             _stop(procs, signal.SIGTERM)
             deadline = time.monotonic() + STOP_GRACE_S
             while any(p.poll() is None for p in procs) and time.monotonic() < deadline:

@@ -85,3 +85,18 @@ def test_multi_process_gpu_pool_leaves_room_for_nccl():
     assert leave_room_for_nccl({}) is None
     with pytest.raises(InputError, match="XLA_PYTHON_CLIENT_MEM_FRACTION"):
         leave_room_for_nccl({"XLA_PYTHON_CLIENT_MEM_FRACTION": "most"})
+
+
+def test_a_child_killed_by_a_signal_is_named_and_gives_128_plus_the_signal(capsys):
+    """kill -9 of one child: the launcher says which process died and how, stops the others and exits 137 (the
+    shell's status for SIGKILL), not the 247 of a negative status."""
+    import subprocess
+    import sys as _sys
+
+    from longrm_jax.launch import _wait
+
+    killed = subprocess.Popen([_sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    waiting = subprocess.Popen([_sys.executable, "-c", "import time; time.sleep(60)"])
+    assert _wait([killed, waiting]) == 137
+    assert waiting.poll() is not None
+    assert "launch: process 0 was killed by SIGKILL; stopping the others" in capsys.readouterr().err

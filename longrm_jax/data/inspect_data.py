@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 from tqdm import tqdm
 
-from longrm_jax.cli_support import ExitStatus, add_debug_flag, cli_parser, run_cli
+from longrm_jax.cli_support import ExitStatus, InputError, add_debug_flag, cli_parser, run_cli
 from longrm_jax.data.packing import bucket_for, make_buckets, own_row_length, plan_rows
 from longrm_jax.data.readers import FORMATS, RecordSource
 from longrm_jax.data.records import BenchRecord, DataError, LongFormRecord
@@ -89,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _inspect(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.max_length is not None and args.max_length < 1:
+        raise InputError(f"--max-length must be >= 1 (a row length in tokens), got {args.max_length}")
+    if args.num_buckets < 1:
+        raise InputError(f"--num-buckets must be >= 1, got {args.num_buckets}")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     try:
         src = RecordSource(args.data, args.format, args.split, skip_bad_rows=args.skip_bad_rows)
@@ -141,6 +145,9 @@ def _print_packing(groups: list, sample_lengths: list[int], tok, args) -> None:
     """The truncation rules and the packing into --max-length rows, as the trainer applies them."""
     buckets = make_buckets(args.max_length, args.num_buckets)
     capacity = max(buckets)
+    if capacity != args.max_length:
+        print(f"\nnote: rows of {capacity} tokens: --max-length {args.max_length} rounded up to a multiple of 128, "
+              "as the trainer's row buckets are")
     over = sum(n > capacity for n in sample_lengths)
     rules = TruncationStats()
     rows, own = plan_rows(groups, capacity, len(groups[0].samples) if groups else 1, tok.eos_id,
