@@ -129,6 +129,13 @@ def _config(path, *, is_disrm: bool, dtype, mesh, chat_template, max_length, bat
     return cfg, mesh_obj, load_model(cfg, mesh_obj)
 
 
+def _repr(api_object) -> str:
+    """``RewardModel('DIR', family=qwen3, layers=36, dtype=bfloat16, max_length=131072)``."""
+    config = api_object.model.config
+    return (f"{type(api_object).__name__}({api_object.cfg.model_path!r}, family={config.family}, "
+            f"layers={config.num_layers}, dtype={api_object.cfg.dtype}, max_length={api_object.cfg.max_length})")
+
+
 def _check_head(path: str, is_disrm: bool) -> None:
     """Refuse a head that cannot do the job (a causal LM has no trained score head; a classifier cannot write
     a judgement), naming the class that can."""
@@ -159,6 +166,9 @@ class RewardModel:
 
     def __init__(self, model, tokenizer, cfg, mesh=None):
         self.model, self.tokenizer, self.cfg, self.mesh = model, tokenizer, cfg, mesh
+
+    def __repr__(self) -> str:
+        return _repr(self)
 
     @classmethod
     def from_pretrained(cls, path, *, dtype: str | None = None, mesh=None, chat_template: str | None = None,
@@ -251,6 +261,9 @@ class Judge:
 
     def __init__(self, model, tokenizer, cfg, mesh=None):
         self.model, self.tokenizer, self.cfg, self.mesh = model, tokenizer, cfg, mesh
+
+    def __repr__(self) -> str:
+        return _repr(self)
 
     @classmethod
     def from_pretrained(cls, path, *, dtype: str | None = None, mesh=None, chat_template: str | None = None,

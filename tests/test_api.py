@@ -186,6 +186,7 @@ def test_from_pretrained_refuses_what_evaluate_refuses(disrm, kwargs, error, mes
 
 def test_calls_refuse_what_they_would_misread(disrm, tmp_path):
     rm = RewardModel.from_pretrained(disrm)
+    assert repr(rm) == f"RewardModel({disrm!r}, family=llama, layers=1, dtype=float32, max_length=131072)"
     with pytest.raises(TypeError, match="response must be a list of strings, got int"):
         rm.score("q", 5)
     with pytest.raises(TypeError, match=r"response\[1\] must be a string, got int"):
