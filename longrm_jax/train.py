@@ -100,10 +100,10 @@ def _train(argv: list[str]) -> int:
     import jax
 
     from longrm_jax.data.pipeline import NoTrainableDataError
+    from longrm_jax.held_out_judge import make_judge
     from longrm_jax.training.interrupt import TrainingInterrupted
     from longrm_jax.training.loop import DegenerateDataError, NonFiniteLossError, run
     from longrm_jax.training.run_dir import ResumeMismatchError
-    from longrm_jax.held_out_judge import make_judge
 
     try:
         result = run(cfg, resume=args.resume, judge=make_judge(cfg) if cfg.judge.data is not None else None)
