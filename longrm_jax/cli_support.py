@@ -122,6 +122,13 @@ def run_cli(body: Callable[[list[str]], int | None], argv: Sequence[str] | None 
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return ExitStatus.INTERRUPTED
+    except ModuleNotFoundError as error:  # a Python without the project's packages, not a bug of ours
+        if debug_requested(argv):
+            raise
+        print(f"error: {error}: this Python ({sys.executable}) lacks the project's dependencies; run it with the "
+              "environment the project was installed into (.venv/bin/python, or `source .venv/bin/activate`), or "
+              "`pip install -e .` into this one", file=sys.stderr)
+        return ExitStatus.INPUT_REFUSED
     except Exception as error:  # noqa: BLE001 - the CLI boundary: every error becomes one line
         if debug_requested(argv):
             raise

@@ -16,12 +16,9 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 
-from tqdm.auto import tqdm
-
 from longrm_jax.cli_support import (InputError, add_debug_flag, add_no_progress_flag, cli_parser, configure_logging,
                                     run_cli, silence_absl_warnings)
 from longrm_jax.data.records import DataError
-from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
 
 DESCRIPTION = ("Score responses with a discriminative reward model (a ...ForSequenceClassification checkpoint "
                "directory with its tokenizer). Input: JSON lines {\"prompt\": str or chat messages, \"response\": "
@@ -32,6 +29,8 @@ DESCRIPTION = ("Score responses with a discriminative reward model (a ...ForSequ
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH  # noqa: PLC0415 - the evaluator's stack
+
     parser = cli_parser("longrm_jax.score", DESCRIPTION, examples=[
         "python -m longrm_jax.score --model-path runs/tiny_disrm_hf --input candidates.jsonl --output scored.jsonl"])
     parser.add_argument("--model-path", required=True, help="local Hugging Face reward model directory")
@@ -150,6 +149,8 @@ def _chunks(rows: list[tuple[int, dict]], size: int) -> Iterator[list[dict]]:
 def score_rows(model, rows: list[tuple[int, dict]], out, *, chunk: int, progress: bool) -> int:
     """Score ``rows`` chunk by chunk with ``model`` (a RewardModel), writing each scored line to ``out``."""
     total = sum(1 if "response" in row else len(row["responses"]) for _, row in rows)
+    from tqdm.auto import tqdm  # noqa: PLC0415 - a dependency: --help and refused inputs answer without it
+
     with tqdm(total=total, unit="response", desc="scoring", disable=not progress) as bar:
         for part in _chunks(rows, chunk):
             prompts, responses = [], []

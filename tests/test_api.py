@@ -200,3 +200,17 @@ def test_calls_refuse_what_they_would_misread(disrm, tmp_path):
         judge.judge("ctx", "q", "The password is x.")
     with pytest.raises(ValueError, match="max_new_tokens must be >= 1, got 0"):
         judge.judge("ctx", "q", ["a", "b"], max_new_tokens=0)
+
+
+def test_a_sequence_past_the_models_positions_is_warned_of(disrm, caplog):
+    """The tiny model has 256 positions: a longer scored sequence is named in a warning (it was scored silently)."""
+    import logging
+
+    rm = RewardModel.from_pretrained(disrm)
+    with caplog.at_level(logging.WARNING, logger="longrm_jax"):
+        rm.score("word " * 20, "short")
+    assert not [r for r in caplog.records if "max_position_embeddings" in r.getMessage()]
+    with caplog.at_level(logging.WARNING, logger="longrm_jax"):
+        rm.score("word " * 400, "short")
+    warned = [r.getMessage() for r in caplog.records if "max_position_embeddings" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("1 sequences scored are longer than the model's 256 positions")

@@ -128,7 +128,7 @@ def _inspect(argv: Sequence[str]) -> int:
 def _tokenize_rows(src, tok, n_rows: int, args) -> tuple[list, int]:
     """(tokenized groups of the first ``n_rows`` rows, bad rows skipped with --skip-bad-rows)."""
     groups, stats, skipped = [], TruncationStats(), 0
-    for i in tqdm(range(n_rows), desc="tokenizing", unit="row", file=sys.stderr):
+    for i in tqdm(range(n_rows), desc="tokenizing", unit="row", file=sys.stderr, disable=not sys.stderr.isatty()):
         try:
             rec = _as_training_record(src[i])
             num_rejects = min(args.num_rejects, len(getattr(rec, "rejected", ())) or 1)

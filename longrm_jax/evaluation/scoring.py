@@ -11,6 +11,8 @@ and the model's attention runs as ring attention (lengths are padded to a multip
 
 from __future__ import annotations
 
+import logging
+
 from collections.abc import Sequence
 
 import jax
@@ -22,6 +24,20 @@ from tqdm.auto import tqdm
 from longrm_jax.evaluation.batching import pad_rows, plan_batches
 from longrm_jax.parallel.placement import place_batch
 from longrm_jax.parallel.zigzag import zigzag_permutation
+
+logger = logging.getLogger(__name__)
+
+
+def warn_past_positions(model, lengths: Sequence[int], what: str) -> None:
+    """A warning when some sequence is longer than the positions the model was built for (its config's
+    ``max_position_embeddings``): its scores or tokens there come from positions it never saw in training."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    longest = max(lengths, default=0)
+    if positions and longest > positions:
+        over = sum(n > positions for n in lengths)
+        logger.warning("%d %s longer than the model's %d positions (max_position_embeddings), the longest %d "
+                       "tokens: past its positions a model is untested; lower --max-length to cut them in the middle",
+                       over, what, positions, longest)
 
 
 def mesh_sizes(mesh: Mesh | None) -> tuple[int, int]:
@@ -99,6 +115,7 @@ class DisRMScorer:
         row_multiple, _ = mesh_sizes(self.mesh)
         length_multiple = 2 * self.seq_size if self.seq_size > 1 else 1
         lengths = [len(s) for s in sequences]
+        warn_past_positions(self.model, lengths, "sequences scored are")
         batches = plan_batches(lengths, max_rows=self.batch_size, max_batch_tokens=self.max_batch_tokens,
                                length_multiple=length_multiple, row_multiple=row_multiple)
         out = np.zeros(len(sequences), dtype=np.float32)

@@ -34,7 +34,7 @@ from longrm_jax.evaluation.batching import pad_rows, plan_batches
 from longrm_jax.evaluation.grm.continuous import continuous_generate, memory_slots
 from longrm_jax.evaluation.grm.decoding import Generation, letter_logprobs
 from longrm_jax.evaluation.grm.slot_plan import plan_pools
-from longrm_jax.evaluation.scoring import mesh_sizes
+from longrm_jax.evaluation.scoring import mesh_sizes, warn_past_positions
 from longrm_jax.evaluation.timings import Timings
 from longrm_jax.models.layers import constrain
 from longrm_jax.ops.contract import PAD_POSITION
@@ -242,6 +242,7 @@ class GreedyGenerator:
         benchmark's simulated judgement lengths. ``on_result(index, generation)``: called as each prompt
         finishes (in completion order). This call's phase timings: ``self.timings``."""
         self.timings = Timings()
+        warn_past_positions(self.model, [len(p) for p in prompts], "prompts are")
         if self.continuous:
             results, self.timings = continuous_generate(self, prompts, slots_for=self._slots_for,
                                                         chunk=self.decode_chunk, progress=progress, desc=desc,
