@@ -23,8 +23,9 @@ import types
 import typing
 from pathlib import Path
 
-from longrm_jax import export, serve, train
+from longrm_jax import export, launch, score, serve, train
 from longrm_jax.cli_support import cli_parser
+from longrm_jax.data import inspect_data
 from longrm_jax.evaluation import cli_args
 from longrm_jax.schema_flags import field_comments, first_sentence  # noqa: F401 - also this module's names
 from longrm_jax.training.config_rules import RULE
@@ -157,8 +158,9 @@ def _cli_markdown(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def cli_parsers() -> list[argparse.ArgumentParser]:
-    """The parsers of the CLIs with settings: train, evaluate, export, serve."""
-    return [train.build_parser(), cli_args.build_parser(), export.build_parser(), serve.build_parser()]
+    """The parsers of the CLIs: train, evaluate, export, serve, score, inspect_data, launch."""
+    return [train.build_parser(), cli_args.build_parser(), export.build_parser(), serve.build_parser(),
+            score.build_parser(), inspect_data.build_parser(), launch.build_parser()]
 
 
 def reference() -> str:

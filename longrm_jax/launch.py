@@ -50,7 +50,7 @@ def child_env(process_id: int, num_processes: int, port: int, devices_per_proces
     return env
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = cli_parser("longrm_jax.launch", __doc__.split("\n\n")[0],
                    examples=["python -m longrm_jax.launch -n 4 train --config configs/qwen3_8b_grm_simpo.yaml "
                              "--set mesh.fsdp=4"])
@@ -96,7 +96,7 @@ def _wait(procs) -> int:
 
 
 def _launch(argv: list[str]) -> int:
-    args = _build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.nproc < 1:
         raise InputError(f"--nproc must be at least 1, got {args.nproc}")
     if args.port is not None and not 1 <= args.port <= 65535:

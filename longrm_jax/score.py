@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from longrm_jax.cli_support import (InputError, add_debug_flag, add_no_progress_flag, cli_parser, configure_logging,
                                     run_cli, silence_absl_warnings)
 from longrm_jax.data.records import DataError
+from longrm_jax.flag_files import add_config_flags, parse_with_config
 
 DESCRIPTION = ("Score responses with a discriminative reward model (a ...ForSequenceClassification checkpoint "
                "directory with its tokenizer). Input: JSON lines {\"prompt\": str or chat messages, \"response\": "
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Jinja chat template file used instead of the tokenizer's")
     parser.add_argument("--mesh", default=None, help="device mesh, e.g. fsdp=2 or data=2,seq=2 (default: one device)")
     add_no_progress_flag(parser)
+    add_config_flags(parser)
     add_debug_flag(parser)
     return parser
 
@@ -170,7 +172,7 @@ def score_rows(model, rows: list[tuple[int, dict]], out, *, chunk: int, progress
 
 
 def _score(argv: Sequence[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_with_config(build_parser(), argv)
     from longrm_jax.evaluation.cli_args import parse_mesh
 
     configure_logging()

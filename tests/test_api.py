@@ -214,3 +214,15 @@ def test_a_sequence_past_the_models_positions_is_warned_of(disrm, caplog):
         rm.score("word " * 400, "short")
     warned = [r.getMessage() for r in caplog.records if "max_position_embeddings" in r.getMessage()]
     assert len(warned) == 1 and warned[0].startswith("1 sequences scored are longer than the model's 256 positions")
+
+
+def test_score_reads_its_flags_from_a_config_file(tmp_path, disrm):
+    """`score --config FILE` (flag names as keys, the training config's format); the command line wins."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"prompt": "q", "response": "a"}) + "\n")
+    config = tmp_path / "score.yaml"
+    config.write_text(f"model_path: {disrm}\ninput: {rows}\noutput: {tmp_path / 'ignored.jsonl'}\nno_progress: true\n")
+    assert score.main(["--config", str(config), "--output", str(tmp_path / "scored.jsonl")]) == 0
+    assert not (tmp_path / "ignored.jsonl").exists()
+    scored = json.loads((tmp_path / "scored.jsonl").read_text())
+    assert scored["score"] == pytest.approx(RewardModel.from_pretrained(disrm).score("q", "a"), rel=1e-5)

@@ -22,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from longrm_jax.cli_support import ExitStatus, InputError, add_debug_flag, cli_parser, run_cli
+from longrm_jax.flag_files import add_config_flags, parse_with_config
 from longrm_jax.data.packing import bucket_for, make_buckets, own_row_length, plan_rows
 from longrm_jax.data.readers import FORMATS, RecordSource
 from longrm_jax.data.records import BenchRecord, DataError, LongFormRecord
@@ -83,12 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--response-end", choices=RESPONSE_ENDS, default="upstream",
                    help="how a response ends, as data.response_end in training (template: as the chat template "
                    "ends the turn, where the evaluator reads a DisRM's score)")
+    add_config_flags(p)
     add_debug_flag(p)
     return p
 
 
 def _inspect(argv: Sequence[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_with_config(build_parser(), argv)
     if args.max_length is not None and args.max_length < 1:
         raise InputError(f"--max-length must be >= 1 (a row length in tokens), got {args.max_length}")
     if args.num_buckets < 1:
