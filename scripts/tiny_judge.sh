@@ -29,6 +29,15 @@ case "$FAMILY" in
   gemma3|mistral|qwen2|qwen3) S="_$FAMILY"; LM_SET=(--set "model.preset=tiny_$FAMILY" --set "model.overrides={}") ;;
   *) echo "error: FAMILY=$FAMILY: one of llama, gemma3, mistral, qwen2, qwen3" >&2; exit 2 ;;
 esac
+# STEPS=fast: every stage shortened (needle LM 300 steps, DisRM 200, judge SFT 400, SimPO 30; the judge judged once,
+# at its end) for models to try the API and the server with in a few minutes on a CPU: the DisRM reads the document,
+# the judge answers in the judgement's format but decides near chance. Runs and results get the suffix _fast.
+case "${STEPS:-full}" in
+  full) LM_STEPS=(); BT_STEPS=(); SFT_STEPS=(); SIMPO_STEPS=() ;;
+  fast) S="${S}_fast"; LM_STEPS=(--set steps=300); BT_STEPS=(--set steps=200)
+        SFT_STEPS=(--set steps=400 --set judge.every=0 --set checkpoint.every=0); SIMPO_STEPS=(--set steps=30) ;;
+  *) echo "error: STEPS=$STEPS: full (the default) or fast" >&2; exit 2 ;;
+esac
 # SEED=N: every training stage's seed (init, data order); its runs and results get the suffix _seedN. The data and
 # the benchmark stay the same for every seed.
 SEED_SET=()
@@ -48,20 +57,20 @@ step data "$PY" -m longrm_jax.data.synthetic --out "$DATA" --judge --lengths 32,
     --num-eval 64 --bench-per-task 20 --bench-bon-fraction 0
 # The tiny "pretrained" LM both reward models start from (needle QA SFT), and its HF export for the DisRM.
 step lm "$PY" -m longrm_jax.train --config configs/tiny_lm_needle.yaml --set "output_dir=runs/tiny_lm$S" \
-    ${LM_SET[@]+"${LM_SET[@]}"} ${SEED_SET[@]+"${SEED_SET[@]}"}
+    ${LM_SET[@]+"${LM_SET[@]}"} ${SEED_SET[@]+"${SEED_SET[@]}"} ${LM_STEPS[@]+"${LM_STEPS[@]}"}
 step lm_export "$PY" -m longrm_jax.export --checkpoint "runs/tiny_lm$S" --out "runs/tiny_lm_hf$S" --overwrite
 step disrm_bt "$PY" -m longrm_jax.train --config configs/tiny_disrm_bt.yaml --set "output_dir=runs/tiny_disrm_bt$S" \
-    --set "model.init=runs/tiny_lm_hf$S" ${SEED_SET[@]+"${SEED_SET[@]}"}
+    --set "model.init=runs/tiny_lm_hf$S" ${SEED_SET[@]+"${SEED_SET[@]}"} ${BT_STEPS[@]+"${BT_STEPS[@]}"}
 step disrm_export "$PY" -m longrm_jax.export --checkpoint "runs/tiny_disrm_bt$S" --out "runs/tiny_disrm_hf$S" \
     --overwrite
 step disrm_eval "$PY" -m longrm_jax.evaluate --model-path "runs/tiny_disrm_hf$S" \
     --data-path "$DATA/long_rewardbench" --save-path "results/tiny_disrm$S" --is-disrm --both-orders \
     --dtype float32 --overwrite
 step grm_sft "$PY" -m longrm_jax.train --config configs/tiny_grm_sft.yaml --set "output_dir=runs/tiny_grm_sft$S" \
-    --set "model.init=runs/tiny_lm$S/checkpoints" ${SEED_SET[@]+"${SEED_SET[@]}"}
+    --set "model.init=runs/tiny_lm$S/checkpoints" ${SEED_SET[@]+"${SEED_SET[@]}"} ${SFT_STEPS[@]+"${SFT_STEPS[@]}"}
 step grm_simpo "$PY" -m longrm_jax.train --config configs/tiny_grm_simpo.yaml \
     --set "output_dir=runs/tiny_grm_simpo$S" --set "model.init=runs/tiny_grm_sft$S/checkpoints" \
-    ${SEED_SET[@]+"${SEED_SET[@]}"}
+    ${SEED_SET[@]+"${SEED_SET[@]}"} ${SIMPO_STEPS[@]+"${SIMPO_STEPS[@]}"}
 step grm_export "$PY" -m longrm_jax.export --checkpoint "runs/tiny_grm_simpo$S" --out "runs/tiny_grm_hf$S" --overwrite
 step grm_eval "$PY" -m longrm_jax.evaluate --model-path "runs/tiny_grm_hf$S" --data-path "$DATA/long_rewardbench" \
     --save-path "results/tiny_grm$S" --both-orders --dtype float32 --max-new-tokens 64 --overwrite
