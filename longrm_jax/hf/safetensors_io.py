@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import ml_dtypes
 import numpy as np
@@ -137,7 +137,3 @@ def save_file(tensors: Mapping[str, np.ndarray], path: str | os.PathLike, metada
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
     os.replace(tmp, path)
-
-
-def open_files(paths: Iterable[str]) -> dict[str, SafetensorsFile]:
-    return {p: SafetensorsFile(p) for p in paths}

@@ -74,8 +74,3 @@ def target_of(where=None) -> Target:
     if isinstance(where, (list, tuple)):
         return _of_device(where[0])
     return _of_device(where)
-
-
-def target_platform(where=None) -> str:
-    """``target_of(where).platform``: ``cpu``, ``gpu`` or ``tpu``."""
-    return target_of(where).platform
