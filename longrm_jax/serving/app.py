@@ -46,17 +46,17 @@ class RequestError(Exception):
         self.status, self.reason = status, reason
 
 
-def _field(body: dict, name: str, kind: type | tuple, *, required: bool = True, where: str = ""):
+def _field(body: dict, name: str, kind: type | tuple, *, required: bool = True):
     """``body[name]`` checked to be of ``kind`` (a 400 naming the field otherwise)."""
     if name not in body:
         if required:
-            raise RequestError(400, f"missing field '{where}{name}'")
+            raise RequestError(400, f"missing field '{name}'")
         return None
     value = body[name]
-    if not isinstance(value, kind) or isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple)
-                                                                               else (kind,)):
-        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-        raise RequestError(400, f"field '{where}{name}' must be {names}, got {type(value).__name__}")
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):  # JSON true is no int
+        raise RequestError(400, f"field '{name}' must be {' or '.join(k.__name__ for k in kinds)}, got "
+                                f"{type(value).__name__}")
     return value
 
 
