@@ -6,9 +6,9 @@ verl's reward loop posts it) and ``POST /score`` (ours: a prompt and its respons
 /v1/chat/completions`` (OpenAI's shapes, greedy decoding). Both answer ``GET /health`` (200 once the model is
 loaded, 503 before) and ``GET /metrics`` (Prometheus text).
 
-Every request is checked before it queues: malformed JSON, a missing or mistyped field or an empty list gets a
-4xx with a one-line ``{"error": ...}``; a full queue 503 with ``Retry-After``; a query too long to cut 413 with
-its lengths. An error inside a model call answers 500 with one line (the traceback goes to the server's log) and
+Requests are tokenized in worker threads, so the event loop goes on accepting meanwhile. Every request is checked
+before it queues: malformed JSON, a missing or mistyped field or an empty list gets a 4xx with a one-line
+``{"error": ...}``; a full queue 503 with ``Retry-After``; a query too long to cut 413 with its lengths. An error inside a model call answers 500 with one line (the traceback goes to the server's log) and
 the server goes on.
 """
 
@@ -251,7 +251,8 @@ async def get_reward(request: web.Request) -> web.Response:
     prompts = _strings(body, "prompts", required=False, one_or_list=True)
     if prompts is not None and len(prompts) != len(queries):
         raise RequestError(400, f"{len(prompts)} prompts for {len(queries)} queries: send one prompt per query")
-    encoded = [service.query_ids(q, prompts[i] if prompts else None) for i, q in enumerate(queries)]
+    encoded = await asyncio.to_thread(
+        lambda: [service.query_ids(q, prompts[i] if prompts else None) for i, q in enumerate(queries)])
     scores = await _submit(request, service, [ids for ids, _ in encoded], [len(ids) for ids, _ in encoded])
     _count_tokens(request, encoded)
     rewards = [float(s) for s in scores]
@@ -270,7 +271,7 @@ async def classify(request: web.Request) -> web.Response:
         value = _field(body, name, bool, required=False)
         if value is not None:
             activation = value
-    encoded = [service.query_ids(text, None) for text in texts]
+    encoded = await asyncio.to_thread(lambda: [service.query_ids(text, None) for text in texts])
     scores = await _submit(request, service, [ids for ids, _ in encoded], [len(ids) for ids, _ in encoded])
     _count_tokens(request, encoded)
     tokens = sum(len(ids) for ids, _ in encoded)
@@ -296,7 +297,7 @@ async def score(request: web.Request) -> web.Response:
     else:
         raw = [_field(body, "prompt", (str, list))] * len(responses)
     prompts = [p if isinstance(p, str) else _messages(p, "prompt") for p in raw]
-    sequences, cut = service.score_sequences(prompts, responses)
+    sequences, cut = await asyncio.to_thread(service.score_sequences, prompts, responses)
     scores = await _submit(request, service, sequences, [len(ids) for ids in sequences])
     _count_tokens(request, list(zip(sequences, cut)))
     return web.json_response({"rewards": [float(s) for s in scores], "truncated": cut})
@@ -335,7 +336,7 @@ async def chat_completions(request: web.Request) -> web.Response:
         raise RequestError(400, "field 'stream' must be false: streaming is not served")
     name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
     budget = _max_tokens(body, name, service.cfg.max_new_tokens)
-    ids, cut = service.chat_ids(messages)
+    ids, cut = await asyncio.to_thread(service.chat_ids, messages)
     (result,) = await _submit(request, service, [("chat", ids, budget)], [len(ids)])
     text, generated, stopped = result
     request.app[METRICS].tokens.labels("generated").inc(generated)
