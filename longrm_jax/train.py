@@ -100,13 +100,17 @@ def _train(argv: list[str]) -> int:
     import jax
 
     from longrm_jax.data.pipeline import NoTrainableDataError
-    from longrm_jax.held_out_judge import make_judge
     from longrm_jax.training.interrupt import TrainingInterrupted
     from longrm_jax.training.loop import DegenerateDataError, NonFiniteLossError, run
     from longrm_jax.training.run_dir import ResumeMismatchError
 
     try:
-        result = run(cfg, resume=args.resume, judge=make_judge(cfg) if cfg.judge.data is not None else None)
+        judge = None
+        if cfg.judge.data is not None:  # the evaluator's stack loads only for a run that judges
+            from longrm_jax.held_out_judge import make_judge
+
+            judge = make_judge(cfg)
+        result = run(cfg, resume=args.resume, judge=judge)
     except TrainingInterrupted as e:
         print(str(e), file=sys.stderr)
         return e.exit_code

@@ -26,7 +26,6 @@ import numpy as np
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from longrm_jax.data.tokenize import truncate_middle
 from longrm_jax.serving.batcher import QueueFull, RequestBatcher
 from longrm_jax.serving.config import ServeConfig
 
@@ -150,7 +149,10 @@ class DisRMService:
         if keep < 16:
             raise RequestError(413, f"the response alone is {len(tail)} tokens, over what max_length {limit} leaves "
                                     "for a prompt (16 tokens at least); the response is never cut")
-        return np.concatenate([truncate_middle(head, keep + 1, head=keep // 2, tail=keep - keep // 2), tail]), True
+        if len(head) <= keep:  # tokenized apart, prompt and response fit (their boundary tokenizes differently)
+            return np.concatenate([head, tail]), False
+        first = keep // 2  # the prompt's first and last halves of what fits, as evaluate cuts its middle
+        return np.concatenate([head[:first], head[len(head) - (keep - first):], tail]), True
 
     def score_sequences(self, prompts, responses) -> tuple[list[np.ndarray], list[bool]]:
         """``RewardModel.score``'s sequences of (prompt, response) pairs, and whether each was cut."""
