@@ -111,17 +111,17 @@ def test_judge_tokenizer_committed_and_reproducible(tmp_path):
     assert open(tmp_path / "tokenizer.json").read() == open(committed).read()
 
 
-def test_verification_rows_decide_from_the_document(files):
+def test_verification_rows_check_one_answer_against_the_document(files):
     rows = _rows(files / "verify_sft_train.jsonl")
     for row in rows:
         system, user = row["chat_template"]
-        document, question = user["content"].split("\n\nQuestion: ")
-        key_and_candidate = question.removeprefix("Is the password of the ").removesuffix("?").split()
-        key, candidate = " ".join(key_and_candidate[:2]), key_and_candidate[2]
-        fact = f"The password of the {key} is {candidate}."
-        assert (fact in document) == row["candidate_is_right"]
-        decision = "Yes" if row["candidate_is_right"] else "No"
-        assert row["golden"].startswith(f"{decision}, the password of the {key} is ")
-        stated = row["golden"].removeprefix(f"{decision}, t")
-        assert f"T{stated}" in document  # then the document's own fact
+        task, shown = user["content"].split("\n\n[The Start of Assistant A's Answer]\n")
+        answer = shown.removesuffix("\n[The End of Assistant A's Answer]")
+        assert answer.startswith("The password of the ") and "[" not in answer
+        assert (answer in task) == row["candidate_is_right"]  # the right answer is the document's own fact
+        document_value = row["golden"].removeprefix("The document says ").split(".")[0]
+        assert f" is {document_value}." in task.split("\n\nQuestion: ")[0]
+        restated = "the" + answer.removeprefix("The").removesuffix(".")
+        decision = " as the document." if row["candidate_is_right"] else ", not the document."
+        assert row["golden"] == f"The document says {document_value}. Assistant A: {restated}{decision}"
     assert 0 < sum(r["candidate_is_right"] for r in rows) < len(rows)

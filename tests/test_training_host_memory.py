@@ -29,7 +29,7 @@ def test_data_batches_the_host_cannot_hold_are_refused_naming_the_knobs():
     assert msg.startswith("the data batches do not fit this host's memory: a training batch of 16 rows x "
                           "100,000,000 tokens (23.84 GiB, 4 int32 arrays) and the held-out pairs' first batch "
                           "(23.84 GiB) need at least 47.68 GiB, available 22.00 GiB"), msg
-    assert "a shorter data.seq_len" in msg and "eval_before=false and eval_after=false" in msg
+    assert "a shorter data.seq_len" in msg and "eval_before=false, eval_after=false and eval_every=0" in msg
     # Without held-out pairs only the training batch counts; memory_check=false skips the check.
     host_memory.check_data_buffers(load_config(None, ["data.seq_len=100000000", "data.batch_rows=16",
                                                       "eval_before=false", "eval_after=false"]), available=24 * GiB)

@@ -8,10 +8,13 @@ import os
 import random
 from collections.abc import Callable, Sequence
 
-from longrm_jax.data.judge_prompts import judge_messages, judge_system_prompt, position_letter
-from longrm_jax.data.needles import (DEFAULT_LENGTHS, SYSTEM_PROMPT, approx_token_count, bench_row,
+from longrm_jax.data.judge_prompts import (judge_messages, judge_system_prompt, judge_user_prompt, position_letter,
+                                           task_prompt_text)
+from longrm_jax.data.needles import (DEFAULT_LENGTHS, answer_text, approx_token_count, bench_row,
                                      corpus_for_tokenizer, default_token_counter, length_label, make_needle_sample,
                                      wrong_values, write_jsonl)
+
+CHECK_SYSTEM_PROMPT = "Check the answer against the document."
 
 def judgement_text(document_value: str, shown_answers: Sequence[str]) -> str:
     """A pairwise judgement that reasons in short steps before the verdict `[[A]]`/`[[B]]` (upstream's format,
@@ -34,12 +37,16 @@ def judgement_text(document_value: str, shown_answers: Sequence[str]) -> str:
     verdicts = [position_letter(i) for i, value in enumerate(values) if value == document_value]
     if len(verdicts) != 1:
         raise ValueError(f"judgement_text: exactly one answer must state {document_value!r}, got {values}")
-    steps = []
-    for i, (answer, value) in enumerate(zip(shown_answers, values)):
-        sentence = answer.strip().rstrip(".")
-        steps.append(f"Assistant {position_letter(i)}: {sentence[:1].lower()}{sentence[1:]}"
-                     + (" as the document." if value == document_value else ", not the document."))
+    steps = [_checked_answer(i, answer, document_value) for i, answer in enumerate(shown_answers)]
     return f"The document says {document_value}. " + " ".join(steps) + f" [[{verdicts[0]}]]"
+
+
+def _checked_answer(position: int, answer: str, document_value: str) -> str:
+    """One step of a judgement: the answer shown at `position` restated, then whether its password is the
+    document's (`Assistant B: the password of the blue door is orchid, not the document.`)."""
+    sentence = answer.strip().rstrip(".")
+    verdict = " as the document." if _answer_value(answer) == document_value else ", not the document."
+    return f"Assistant {position_letter(position)}: {sentence[:1].lower()}{sentence[1:]}{verdict}"
 
 
 def _answer_value(answer: str) -> str:
@@ -79,25 +86,29 @@ def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int =
 
 def verify_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int = 0,
                 count_tokens: Callable[[str], int] | None = None) -> list[dict]:
-    """`n` needle *verification* SFT rows: the question names a candidate password ("Is the password of the blue
-    door falcon?"), half of them the document's, and the answer starts with the decision, then states the
-    document's password (`No, the password of the blue door is quartz.`). Pretraining rows for the tiny judges:
-    they teach the comparison "is this password the document's?" that every judgement needs, outside the judge
-    prompt (no answer letters, no verdicts)."""
+    """`n` SFT rows that *check one answer* against the document: the judge's reasoning steps without its long
+    system prompt and without a verdict. The user turn shows the needle task and one answer between the judge
+    prompt's Start/End markers; the answer states the document's password in half of the rows, another one in
+    the rest; the target is the judgement's first two steps:
+    `The document says quartz. Assistant A: the password of the blue door is orchid, not the document.`
+
+    Blended into the needle LM's rows (configs/tiny_lm_needle.yaml) they teach the comparison that decides every
+    judgement on short sequences, where many fit one packed row, before the judge's SFT sees it with the
+    system prompt of the evaluator."""
     count_tokens = count_tokens or default_token_counter()
     rng = random.Random(seed)
     rows = []
     for i in range(n):
         target = lengths[i % len(lengths)]
         s = make_needle_sample(rng, target, 1, num_distractors, count_tokens)
-        key, value = s.keys[0], s.values[0]
+        value = s.values[0]
         right = rng.randrange(2) == 1
-        candidate = value if right else wrong_values(rng, value, 1)[0]
-        user = f"Document:\n{s.context}\n\nQuestion: Is the password of the {key[0]} {key[1]} {candidate}?"
-        golden = f"{'Yes' if right else 'No'}, the password of the {key[0]} {key[1]} is {value}."
-        rows.append({"chat_template": [{"role": "system", "content": SYSTEM_PROMPT},
-                                       {"role": "user", "content": user}],
-                     "golden": golden, "candidate_is_right": right, "ctx_length": length_label(target),
+        candidate = answer_text(s.keys, [value if right else wrong_values(rng, value, 1)[0]])
+        rows.append({"chat_template": [{"role": "system", "content": CHECK_SYSTEM_PROMPT},
+                                       {"role": "user", "content": judge_user_prompt(task_prompt_text(s.messages()),
+                                                                                     [candidate])}],
+                     "golden": f"The document says {value}. {_checked_answer(0, candidate, value)}",
+                     "candidate_is_right": right, "ctx_length": length_label(target),
                      "depth": round(s.depths[0], 4)})
     return rows
 

@@ -251,6 +251,7 @@ class TrainConfig:
     log_every: int = ranged(1, ">= 1")  # log metrics every N optimizer steps
     eval_before: bool = True  # held-out evaluation before the first step
     eval_after: bool = True  # held-out evaluation after the last step
+    eval_every: int = ranged(0, ">= 0 (0: before and after training only)")  # held-out evaluation every N steps
     # A progress bar (true) or a line per logged step (false); null: the bar on a terminal, lines otherwise (a bar
     # redrawn into a log file is one long line of carriage returns).
     progress: bool | None = None

@@ -136,7 +136,8 @@ def train_batch_bytes(cfg) -> int:
 
 
 def _evaluates(cfg) -> bool:
-    return (cfg.eval_before or cfg.eval_after) and (cfg.data.eval_source is not None or cfg.data.source == "synthetic")
+    held_out = cfg.eval_before or cfg.eval_after or bool(cfg.eval_every)
+    return held_out and (cfg.data.eval_source is not None or cfg.data.source == "synthetic")
 
 
 def check_data_buffers(cfg, available: int | None = None) -> None:
@@ -163,7 +164,7 @@ def check_data_buffers(cfg, available: int | None = None) -> None:
     if cfg.grad_accum > 1:
         knobs.append("a smaller grad_accum (its micro steps' rows come in one batch)")
     if held_out:
-        knobs.append("eval_before=false and eval_after=false (no held-out batches)")
+        knobs.append("eval_before=false, eval_after=false and eval_every=0 (no held-out batches)")
     raise HostMemoryError(
         f"the data batches do not fit this host's memory: {parts} need at least {need}, available {have} (free "
         f"RAM now, within any cgroup limit); reduce it with: {'; '.join(knobs)} (memory_check=false skips this "

@@ -111,8 +111,12 @@ def _run(cfg: TrainConfig, resume: bool, stack: contextlib.ExitStack, on_step: S
                            no_eval_reason=inputs.no_eval_reason)
         if cfg.eval_before and start == 0 and inputs.eval_host:
             result.accuracy_before = _held_out_accuracy(cfg, eval_fn, state, inputs, writer, 0, "before")
+        held_out = None
+        if cfg.eval_every and inputs.eval_host:
+            def held_out(state, step):
+                _held_out_accuracy(cfg, eval_fn, state, inputs, writer, step, f"at step {step} of")
         loop = StepLoop(cfg, inputs, mcfg, steps_by_groups, iterator, ckpt, writer, result, on_step, aside, start,
-                        judge if cfg.judge.data is not None else None)
+                        judge if cfg.judge.data is not None else None, held_out)
         state, step = loop.run(state)
         result.final_step = step
         if result.degenerate_groups:
@@ -202,9 +206,9 @@ def _prepare_inputs(cfg: TrainConfig, resume: bool) -> _RunInputs:
     check_data_buffers(cfg)  # before any batch is packed: one too large for the RAM ended in the OOM killer
     tokenizer = load_tokenizer(cfg.data)
     records = train_records(cfg)
-    eval_host = eval_batches(cfg, tokenizer) if (cfg.eval_before or cfg.eval_after) else []
+    eval_host = eval_batches(cfg, tokenizer) if (cfg.eval_before or cfg.eval_after or cfg.eval_every) else []
     no_eval_reason = None
-    if (cfg.eval_before or cfg.eval_after) and not eval_host:
+    if (cfg.eval_before or cfg.eval_after or cfg.eval_every) and not eval_host:
         no_eval_reason = missing_eval_reason(cfg)
         log_line(f"note: {no_eval_reason}")
     if cfg.steps:

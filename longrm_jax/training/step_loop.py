@@ -107,6 +107,7 @@ class StepLoop:
     aside: SetAside | None
     start: int
     judge: Judge | None = None
+    held_out: Callable[[object, int], None] | None = None  # held-out evaluation of (state, step), every eval_every
 
     def run(self, state):
         """(final state, steps done); the iterator and checkpointer are closed however it ends."""
@@ -153,6 +154,8 @@ class StepLoop:
             self.on_step(step, "saving")
         if scheduled and cfg.judge.every and step % cfg.judge.every == 0 and step < total_steps:
             self._judge(step)
+        if self.held_out is not None and step % cfg.eval_every == 0 and step < total_steps:
+            self.held_out(state, step)
         # The previous run makes way for a checkpoint of this run's schedule, never for an interrupt's: a rerun
         # stopped by Ctrl-C at step 2 has replaced nothing a finished run made.
         if self.aside is not None and jax.process_index() == 0:
