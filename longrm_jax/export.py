@@ -19,10 +19,38 @@ import tempfile
 from typing import Any
 
 from longrm_jax.cli_support import InputError, add_debug_flag, cli_parser, run_cli, silence_absl_warnings
-from longrm_jax.flag_files import add_config_flags, parse_with_config
+from longrm_jax.training.config_rules import choice, out_of_range
 
 # HF loading and saving, the models and orbax are imported inside the functions that use them, so that `--help` and
 # a refused flag answer without loading them.
+
+
+@dataclasses.dataclass
+class ExportConfig:
+    """A checkpoint written as a Hugging Face directory. Read from ``--config FILE``, ``--set KEY=VALUE`` and one
+    flag per key (``longrm_jax.schema_flags``), as every CLI's settings are."""
+
+    # Source: a local Hugging Face checkpoint directory, or a training run's orbax checkpoint directory (its
+    # output_dir, its checkpoints/ or one step folder in it).
+    checkpoint: str | None = None
+    out: str | None = None  # Output directory: new or empty (else overwrite); never inside the source.
+    # Replace a non-empty out directory (the new export is written aside and swapped in whole).
+    overwrite: bool = False
+    dtype: str | None = choice(None, ("float32", "bfloat16", "float16"))  # Stored weight dtype (null: unchanged).
+    max_shard_size: str = "5GB"  # Largest safetensors shard (e.g. 5GB, 500MB, or bytes).
+    # Head kind to load a Hugging Face source as (null: from its architecture); a training checkpoint is
+    # exported with the head it was trained with, and any other head is refused.
+    head: str | None = choice(None, ("causal_lm", "classifier"))
+    tokenizer_dir: str | None = None  # Copy tokenizer files from here (null: from the source).
+
+    def validate(self) -> ExportConfig:
+        problem = out_of_range(self)
+        if problem:
+            raise InputError(problem)
+        for name in ("checkpoint", "out"):
+            if not getattr(self, name):
+                raise InputError(f"--{name}: required (a directory)")
+        return self
 
 
 @dataclasses.dataclass
@@ -120,31 +148,24 @@ def check_tokenizer_dir(path: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from longrm_jax.schema_flags import add_schema_flags
+
     parser = cli_parser("longrm_jax.export", "Write a checkpoint as a Hugging Face directory (sharded safetensors + "
                         "index, config.json with 4.x and 5.x RoPE keys, generation config, tokenizer files) that "
-                        "transformers 4.45-5.x loads.")
-    parser.add_argument("--checkpoint", required=True,
-                        help="source: a local Hugging Face checkpoint directory, or a training run's orbax "
-                             "checkpoint directory (its output_dir, its checkpoints/ or one step folder in it)")
-    parser.add_argument("--out", required=True,
-                        help="output directory: new or empty (else --overwrite); never inside the source")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace a non-empty --out (the new export is written aside and swapped in whole)")
-    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
-                        help="stored weight dtype (default: unchanged)")
-    parser.add_argument("--max-shard-size", default="5GB", help="largest safetensors shard (default 5GB)")
-    parser.add_argument("--head", choices=["causal_lm", "classifier"], default=None,
-                        help="head kind to load a Hugging Face source as (default: from its architecture); a "
-                             "training checkpoint is exported with the head it was trained with, and any other "
-                             "--head is refused")
-    parser.add_argument("--tokenizer-dir", default=None, help="copy tokenizer files from here (default: SRC)")
-    add_config_flags(parser)
+                        "transformers 4.45-5.x loads.", show_defaults=True)
+    add_schema_flags(parser, ExportConfig)
     add_debug_flag(parser)
     return parser
 
 
 def _export(argv: list[str]) -> int:
-    args = parse_with_config(build_parser(), argv)
+    from longrm_jax.schema_flags import config_from_args
+    from longrm_jax.training.config import ConfigError
+
+    try:
+        args = config_from_args(build_parser().parse_args(argv), ExportConfig)
+    except (ConfigError, FileNotFoundError) as error:
+        raise InputError(str(error)) from None
     silence_absl_warnings()
     check_out_dir(args.out, args.checkpoint, overwrite=args.overwrite)
     from longrm_jax.hf.save import parse_size, save_pretrained

@@ -95,6 +95,13 @@ def add_schema_flags(parser: argparse.ArgumentParser, schema: type) -> None:
             parser.add_argument(flag_name(f.name), dest=f.name, action=_GivenSwitch, default=default, help=help_text)
         else:
             numeric = tp in (int, float) or typing.get_args(tp)[:1] in ((int,), (float,))
+            # A choice of words is argparse's own on the command line (its usage line lists them).
+            words = getattr(rule, "values", None)
+            words = tuple(v for v in words if v is not None) if words else None
+            if words and all(isinstance(v, str) for v in words):
+                parser.add_argument(flag_name(f.name), dest=f.name, action=_Given, default=default, choices=words,
+                                    help=first_sentence(comments.get(f.name, "")) or f.name)
+                continue
             parser.add_argument(flag_name(f.name), dest=f.name, action=_Given, default=default,
                                 metavar="N" if numeric else "VALUE", help=help_text)
 

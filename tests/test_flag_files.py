@@ -63,12 +63,19 @@ def test_a_set_without_a_value_and_a_missing_file_are_refused(tmp_path):
         parse_with_config(evaluate_parser(), ["--config", str(tmp_path / "missing.yaml")])
 
 
-def test_export_reads_its_flags_from_a_file(tmp_path):
+def test_export_reads_its_settings_from_a_file_by_its_schema(tmp_path):
+    from longrm_jax.cli_support import InputError as Refused
+    from longrm_jax.export import ExportConfig
+    from longrm_jax.schema_flags import config_from_args
+
     path = _write(tmp_path, "checkpoint: runs/x\nout: runs/x_hf\ndtype: bfloat16\noverwrite: true\n")
-    args = parse_with_config(export_parser(), ["--config", path])
-    assert (args.checkpoint, args.out, args.dtype, args.overwrite) == ("runs/x", "runs/x_hf", "bfloat16", True)
-    with pytest.raises(InputError, match="not one of float32, bfloat16, float16"):
-        parse_with_config(export_parser(), ["--config", path, "--set", "dtype=int8"])
+    cfg = config_from_args(export_parser().parse_args(["--config", path]), ExportConfig)
+    assert (cfg.checkpoint, cfg.out, cfg.dtype, cfg.overwrite) == ("runs/x", "runs/x_hf", "bfloat16", True)
+    flags_win = config_from_args(export_parser().parse_args(["--config", path, "--out", "o", "--no-overwrite"]),
+                                 ExportConfig)
+    assert (flags_win.out, flags_win.overwrite) == ("o", False)
+    with pytest.raises(Refused, match="float32, bfloat16 or float16"):
+        config_from_args(export_parser().parse_args(["--config", path, "--set", "dtype=int8"]), ExportConfig)
 
 
 def test_replicas_get_the_flags_not_the_file(tmp_path):

@@ -1,15 +1,15 @@
 # The tiny recipe's needle LM in variants x seeds side by side on the lent GPU, held-out accuracy every 25 steps (when retrieval forms)
-# VARIANTS (default "base w128 b4 check check_w128"; the table below: --set overrides of
+# VARIANTS (default "base b4 b2 b4_lr5e3 check_b4"; the table below: --set overrides of
 # configs/tiny_lm_needle.yaml), SEEDS (default "0 1 2 3 4"), LM_STEPS (default 600), STAGE_S (default 400).
 # Writes $OUT/summary.txt: per run, the first step whose held-out accuracy is >= 95% and the last accuracy.
 source scripts/device/common_min.sh
 SEEDS=${SEEDS:-0 1 2 3 4}
-VARIANTS=${VARIANTS:-base w128 b4 check check_w128}
+VARIANTS=${VARIANTS:-base b4 b2 b4_lr5e3 check_b4}
 DATA=data/tiny_judge
 CHECK="--set data.sources=[$DATA/sft_train.jsonl,$DATA/verify_sft_train.jsonl]"
 W128="--set model.overrides.hidden_size=128 --set model.overrides.intermediate_size=256 --set model.overrides.num_heads=8 --set model.overrides.num_kv_heads=4"
 declare -A SETS=([base]="" [w128]="$W128" [b4]="--set data.batch_rows=4" [check]="$CHECK" [check_w128]="$CHECK $W128"
-                 [lr5e3]="--set optim.lr=5.0e-3 --set optim.warmup_ratio=0.05" [b4_w128]="--set data.batch_rows=4 $W128")
+                 [lr5e3]="--set optim.lr=5.0e-3 --set optim.warmup_ratio=0.05" [b4_w128]="--set data.batch_rows=4 $W128" [b2]="--set data.batch_rows=2" [b4_lr5e3]="--set data.batch_rows=4 --set optim.lr=5.0e-3 --set optim.warmup_ratio=0.05" [check_b4]="$CHECK --set data.batch_rows=4")
 export JAX_PLATFORMS=cuda PYTHON=python3
 python3 -m longrm_jax.data.synthetic --out $DATA --judge --lengths 32,64,128 --num-train 8000 --num-eval 64 \
   --bench-per-task 20 --bench-bon-fraction 0 > $OUT/data.log 2>&1 || { echo "data failed"; exit 1; }
