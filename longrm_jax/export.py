@@ -19,7 +19,8 @@ import tempfile
 from typing import Any
 
 from longrm_jax.cli_support import InputError, add_debug_flag, cli_parser, run_cli, silence_absl_warnings
-from longrm_jax.training.config_rules import choice, out_of_range
+from longrm_jax.training.config_rules import ConfigError, choice, out_of_range
+
 
 # HF loading and saving, the models and orbax are imported inside the functions that use them, so that `--help` and
 # a refused flag answer without loading them.
@@ -46,10 +47,10 @@ class ExportConfig:
     def validate(self) -> ExportConfig:
         problem = out_of_range(self)
         if problem:
-            raise InputError(problem)
+            raise ConfigError(problem)
         for name in ("checkpoint", "out"):
             if not getattr(self, name):
-                raise InputError(f"--{name}: required (a directory)")
+                raise ConfigError(f"--{name}: required (a directory)")
         return self
 
 
@@ -160,7 +161,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _export(argv: list[str]) -> int:
     from longrm_jax.schema_flags import config_from_args
-    from longrm_jax.training.config import ConfigError
 
     try:
         args = config_from_args(build_parser().parse_args(argv), ExportConfig)

@@ -11,11 +11,12 @@ import ast
 import dataclasses
 import inspect
 import io
+import re
 import textwrap
 import tokenize
 import typing
 
-from longrm_jax.training.config import load_config
+from longrm_jax.training.config import ConfigError, load_config
 from longrm_jax.training.config_rules import RULE
 
 # Words whose period ends no sentence.
@@ -111,4 +112,12 @@ def config_from_args(args: argparse.Namespace, schema: type):
     values the way ``--set`` reads them)."""
     given = getattr(args, "given_flags", set())
     flags = [f"{f.name}={getattr(args, f.name)}" for f in dataclasses.fields(schema) if f.name in given]
-    return load_config(args.config, list(args.overrides) + flags, schema=schema)
+    try:
+        return load_config(args.config, list(args.overrides) + flags, schema=schema)
+    except ConfigError as error:  # a value the command line gave is named by its flag
+        message = str(error)
+        for name in given:  # "SOURCE: key must be ..." -> "--key must be ..."
+            found = re.search(rf"(?:^|: ){name}(?=[ :])", message)
+            if found:
+                raise ConfigError(flag_name(name) + message[found.end():]) from None
+        raise

@@ -15,11 +15,14 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
-from longrm_jax.cli_support import (InputError, add_debug_flag, add_no_progress_flag, cli_parser, configure_logging,
-                                    run_cli, silence_absl_warnings)
+from longrm_jax.cli_support import (InputError, add_debug_flag, cli_parser, configure_logging, run_cli,
+                                    silence_absl_warnings)
 from longrm_jax.data.records import DataError
-from longrm_jax.flag_files import add_config_flags, parse_with_config
+from longrm_jax.data.tokenize import UPSTREAM_MAX_LENGTH
+from longrm_jax.training.config_rules import ConfigError, choice, out_of_range, ranged
+
 
 DESCRIPTION = ("Score responses with a discriminative reward model (a ...ForSequenceClassification checkpoint "
                "directory with its tokenizer). Input: JSON lines {\"prompt\": str or chat messages, \"response\": "
@@ -29,29 +32,41 @@ DESCRIPTION = ("Score responses with a discriminative reward model (a ...ForSequ
 # functions that use it, so that `--help` and a refused input line answer without loading it.
 
 
+@dataclass
+class ScoreConfig:
+    """Responses scored by a discriminative reward model. Read from ``--config FILE``, ``--set KEY=VALUE`` and one
+    flag per key (``longrm_jax.schema_flags``), as every CLI's settings are."""
+
+    model_path: str | None = None  # Local Hugging Face reward model directory.
+    input: str | None = None  # JSON lines to score (- for stdin).
+    output: str = "-"  # Where the scored lines go (- for stdout); written aside and renamed when done.
+    # Compute dtype; auto: the checkpoint's stored dtype, as evaluate.
+    dtype: str = choice("auto", ("auto", "bfloat16", "float32", "float16"))
+    batch_size: int = ranged(4, ">= 1")  # Rows per model call.
+    chunk: int = ranged(256, ">= 1")  # Responses tokenized and scored per chunk before their lines are written.
+    max_length: int = ranged(UPSTREAM_MAX_LENGTH, ">= 16")  # Middle truncation at this many tokens, as evaluate.
+    truncate: bool = True  # Cut sequences longer than max_length in the middle (false: score every one whole).
+    chat_template: str | None = None  # Jinja chat template file used instead of the tokenizer's.
+    mesh: str | None = None  # Device mesh, e.g. fsdp=2 or data=2,seq=2 (null: one device).
+    progress: bool = True  # A progress bar on a terminal.
+
+    def validate(self) -> ScoreConfig:
+        problem = out_of_range(self)
+        if problem:
+            raise ConfigError(problem)
+        for name in ("model_path", "input"):
+            if not getattr(self, name):
+                raise ConfigError(f"--{name.replace('_', '-')}: required")
+        return self
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH  # noqa: PLC0415 - the evaluator's stack
+    from longrm_jax.schema_flags import add_schema_flags
 
     parser = cli_parser("longrm_jax.score", DESCRIPTION, examples=[
-        "python -m longrm_jax.score --model-path runs/tiny_disrm_hf --input candidates.jsonl --output scored.jsonl"])
-    parser.add_argument("--model-path", required=True, help="local Hugging Face reward model directory")
-    parser.add_argument("--input", required=True, metavar="FILE", help="JSON lines to score (- for stdin)")
-    parser.add_argument("--output", default="-", metavar="FILE",
-                        help="where the scored lines go (default: stdout); written aside and renamed when done")
-    parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32", "float16"),
-                        help="compute dtype (auto, the default: the checkpoint's stored dtype, as evaluate)")
-    parser.add_argument("--batch-size", type=int, default=4, help="rows per model call (default: %(default)s)")
-    parser.add_argument("--chunk", type=int, default=256, metavar="N",
-                        help="responses tokenized and scored per chunk before their lines are written "
-                             "(default: %(default)s)")
-    parser.add_argument("--max-length", type=int, default=UPSTREAM_MAX_LENGTH,
-                        help="middle truncation at this many tokens, as evaluate (default: %(default)s)")
-    parser.add_argument("--no-truncate", action="store_true", help="score every sequence whole")
-    parser.add_argument("--chat-template", default=None, metavar="FILE",
-                        help="Jinja chat template file used instead of the tokenizer's")
-    parser.add_argument("--mesh", default=None, help="device mesh, e.g. fsdp=2 or data=2,seq=2 (default: one device)")
-    add_no_progress_flag(parser)
-    add_config_flags(parser)
+        "python -m longrm_jax.score --model-path runs/tiny_disrm_hf --input candidates.jsonl --output scored.jsonl"],
+        show_defaults=True)
+    add_schema_flags(parser, ScoreConfig)
     add_debug_flag(parser)
     return parser
 
@@ -119,11 +134,7 @@ def _read_lines(path: str) -> list[str]:
                          "are UTF-8: convert the file (e.g. iconv -f latin1 -t utf-8)") from None
 
 
-def _check_args(args) -> None:
-    for flag, value, least in (("--batch-size", args.batch_size, 1), ("--chunk", args.chunk, 1),
-                               ("--max-length", args.max_length, 16)):
-        if value < least:
-            raise InputError(f"{flag} must be >= {least}, got {value}")
+def _check_args(args: ScoreConfig) -> None:
     if not os.path.isdir(args.model_path):
         raise InputError(f"--model-path {args.model_path}: not a directory (a local Hugging Face reward model "
                          "directory is needed)")
@@ -172,7 +183,12 @@ def score_rows(model, rows: list[tuple[int, dict]], out, *, chunk: int, progress
 
 
 def _score(argv: Sequence[str]) -> int:
-    args = parse_with_config(build_parser(), argv)
+    from longrm_jax.schema_flags import config_from_args
+
+    try:
+        args = config_from_args(build_parser().parse_args(argv), ScoreConfig)
+    except (ConfigError, FileNotFoundError) as error:
+        raise InputError(str(error)) from None
     from longrm_jax.evaluation.cli_args import parse_mesh
 
     configure_logging()
@@ -190,8 +206,8 @@ def _score(argv: Sequence[str]) -> int:
 
     model = RewardModel.from_pretrained(args.model_path, dtype=None if args.dtype == "auto" else args.dtype,
                                         mesh=mesh, chat_template=args.chat_template, batch_size=args.batch_size,
-                                        max_length=None if args.no_truncate else args.max_length)
-    progress = not args.no_progress and sys.stderr.isatty()
+                                        max_length=args.max_length if args.truncate else None)
+    progress = args.progress and sys.stderr.isatty()
     if args.output == "-":
         total = score_rows(model, rows, sys.stdout, chunk=args.chunk, progress=progress)
         sys.stdout.flush()

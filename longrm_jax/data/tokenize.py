@@ -194,7 +194,11 @@ class TruncationStats:
                 f"--truncation {policy}")
 
 
-def truncate_middle(ids: Sequence[int] | np.ndarray, max_length: int = 131_072, head: int | None = None,
+# Upstream's evaluation cut: a sequence longer than this many tokens loses its middle.
+UPSTREAM_MAX_LENGTH = 131_072
+
+
+def truncate_middle(ids: Sequence[int] | np.ndarray, max_length: int = UPSTREAM_MAX_LENGTH, head: int | None = None,
                     tail: int | None = None) -> np.ndarray:
     """Upstream evaluation rule: `len >= max_length` keeps the first `head` and the last `tail` tokens."""
     ids = np.asarray(ids)

@@ -21,11 +21,9 @@ import numpy as np
 
 from longrm_jax.cli_support import InputError
 from longrm_jax.data.hf_tokenizer import TOKENIZER_FILES, load_hf_tokenizer, read_chat_template
-from longrm_jax.data.tokenize import ChatTokenizer, truncate_middle
+from longrm_jax.data.tokenize import UPSTREAM_MAX_LENGTH, ChatTokenizer, truncate_middle
 from longrm_jax.evaluation.prompts import judge_messages, position_letter
 from longrm_jax.evaluation.samples import EvalSample
-
-UPSTREAM_MAX_LENGTH = 131_072
 
 
 class ModelDirError(InputError):

@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
-from longrm_jax.training.config_rules import choice, out_of_range, ranged
-from longrm_jax.training.config_schema import ConfigError
+from longrm_jax.training.config_rules import ConfigError, choice, out_of_range, ranged
 
 
 @dataclass

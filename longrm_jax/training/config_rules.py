@@ -20,6 +20,12 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from longrm_jax.cli_support import InputError
+
+class ConfigError(InputError):
+    """A configuration file or override that does not fit the schema."""
+
+
 RULE = "rule"  # the dataclasses.field metadata key of a field's Range or Choice
 
 # ">= 1", "> 0", "in [0, 1)", then optionally ", or -1" (one more value) and a note: ">= 1 or null".

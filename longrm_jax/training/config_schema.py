@@ -11,18 +11,13 @@ import dataclasses
 import difflib
 from dataclasses import dataclass, field
 
-from longrm_jax.cli_support import InputError
 from longrm_jax.data.tokenize import RESPONSE_ENDS
 from longrm_jax.models.config import REMAT_POLICIES, ModelConfig
-from longrm_jax.training.config_rules import choice, out_of_range, ranged
+from longrm_jax.training.config_rules import ConfigError, choice, out_of_range, ranged
 from longrm_jax.training.mesh_config import MeshSection, mesh_problem
 
 # checkpoint.on_corrupt: what --resume does when its newest step cannot be read (training.checkpoint_check).
 ON_CORRUPT = ("fallback", "error")
-
-
-class ConfigError(InputError):
-    """A configuration file or override that does not fit the schema."""
 
 
 @dataclass
