@@ -47,14 +47,15 @@ def test_judgements_parse_to_the_right_verdict(files):
         # the reasoning steps quote what the prompt states: each answer's password, then the document's
         values = [answer.rstrip(".").split()[-1] for answer in shown]
         letter, other = "AB"[sft["verdict"]], "AB"[1 - sft["verdict"]]
-        def steps(document_value):  # each answer restated in the needle sentence, then the comparison
+        def steps(document_value, turned=False):  # each answer restated in the needle sentence, then the comparison
             return " ".join(f"Assistant {'AB'[i]}: t{answer[1:-1]}"
-                            + (" as the document." if value == document_value else ", not the document.")
+                            + (" as the document." if (value == document_value) != turned else ", not the document.")
                             for i, (answer, value) in enumerate(zip(shown, values)))
 
-        right_value, wrong_value = values[sft["verdict"]], values[1 - sft["verdict"]]
+        right_value = values[sft["verdict"]]
         assert sft["golden"] == f"The document says {right_value}. {steps(right_value)} [[{letter}]]"
-        assert wrong == f"The document says {wrong_value}. {steps(wrong_value)} [[{other}]]"
+        # SimPO's rejected judgement quotes the same and decides every comparison the wrong way
+        assert wrong == f"The document says {right_value}. {steps(right_value, turned=True)} [[{other}]]"
     verdicts = [r["verdict"] for r in _rows(files / "judge_sft_train.jsonl")]
     assert 0 < sum(verdicts) < len(verdicts)  # both positions occur
 

@@ -41,12 +41,29 @@ def judgement_text(document_value: str, shown_answers: Sequence[str]) -> str:
     return f"The document says {document_value}. " + " ".join(steps) + f" [[{verdicts[0]}]]"
 
 
-def _checked_answer(position: int, answer: str, document_value: str) -> str:
+def misjudgement_text(document_value: str, shown_answers: Sequence[str]) -> str:
+    """The judgement of `judgement_text` with every decision turned: the same quotes (the document's password and
+    each answer), each comparison the wrong way and the other verdict:
+    `The document says quartz. Assistant A: the password of the blue door is quartz, not the document. Assistant
+    B: the password of the blue door is orchid as the document. [[B]]`.
+
+    SimPO's rejected judgement. Against the right one it differs in the decisions alone, so the preference loss
+    falls on the comparison, as a DisRM's Bradley-Terry loss does on its pairs (which learn it in a few hundred
+    steps), not on quotes that SFT has already taught; and a held-out pair is right only when the comparison is."""
+    steps = [_checked_answer(i, answer, document_value, turned=True) for i, answer in enumerate(shown_answers)]
+    verdict = next(position_letter(i) for i, answer in enumerate(shown_answers)
+                   if _answer_value(answer) != document_value)
+    return f"The document says {document_value}. " + " ".join(steps) + f" [[{verdict}]]"
+
+
+def _checked_answer(position: int, answer: str, document_value: str, turned: bool = False) -> str:
     """One step of a judgement: the answer shown at `position` restated, then whether its password is the
-    document's (`Assistant B: the password of the blue door is orchid, not the document.`)."""
+    document's (`Assistant B: the password of the blue door is orchid, not the document.`); `turned`: the
+    opposite decision."""
     sentence = answer.strip().rstrip(".")
-    verdict = " as the document." if _answer_value(answer) == document_value else ", not the document."
-    return f"Assistant {position_letter(position)}: {sentence[:1].lower()}{sentence[1:]}{verdict}"
+    same = (_answer_value(answer) == document_value) != turned
+    return f"Assistant {position_letter(position)}: {sentence[:1].lower()}{sentence[1:]}" + (
+        " as the document." if same else ", not the document.")
 
 
 def _answer_value(answer: str) -> str:
@@ -73,7 +90,7 @@ def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int =
         shown = [row["chosen"], row["rejected"]] if chosen_at == 0 else [row["rejected"], row["chosen"]]
         messages = judge_messages(row["prompt_template"], shown, "pair")
         good = judgement_text(_answer_value(row["chosen"]), shown)
-        bad = judgement_text(_answer_value(row["rejected"]), shown)
+        bad = misjudgement_text(_answer_value(row["chosen"]), shown)
         meta = {"ctx_length": row["ctx_length_for_length"], "depth": row["depth"][0]}
         out.append({
             "sft": {"chat_template": messages, "golden": good, "verdict": chosen_at, **meta},
