@@ -32,6 +32,7 @@ import os
 
 import numpy as np
 
+from longrm_jax.data.records import chat_messages_problem
 from longrm_jax.evaluation.cli_args import setting_problem
 from longrm_jax.evaluation.encoding import (UPSTREAM_MAX_LENGTH, ModelDirError, disrm_sequences_batch, grm_prompt_ids,
                                             load_chat_tokenizers, verdict_letter_token_ids)
@@ -61,12 +62,12 @@ def _messages(prompt: Prompt) -> list[dict]:
     if not _is_one_prompt(prompt):
         raise TypeError(f"a prompt is a string or a list of chat messages ({{'role': ..., 'content': ...}}), got "
                         f"{type(prompt).__name__}")
-    for i, message in enumerate(prompt):
-        for key in ("role", "content"):
-            if not isinstance(message.get(key), str):
-                raise TypeError(f"prompt message {i}: '{key}' must be a string, got "
-                                f"{'nothing' if key not in message else type(message[key]).__name__}")
-    return [dict(m) for m in prompt]
+    messages = [dict(m) for m in prompt]
+    problem = chat_messages_problem(messages)
+    if problem:
+        i, key, what = problem
+        raise TypeError(f"prompt message {i}: '{key}' {what}")
+    return messages
 
 
 def _strings(value: Any, what: str) -> list[str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from longrm_jax.cli_support import (InputError, add_debug_flag, cli_parser, configure_logging, run_cli,
                                     silence_absl_warnings)
-from longrm_jax.data.records import DataError
+from longrm_jax.data.records import DataError, chat_messages_problem
 from longrm_jax.data.tokenize import UPSTREAM_MAX_LENGTH
 from longrm_jax.training.config_rules import ConfigError, choice, out_of_range, ranged
 
@@ -72,10 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_prompt(value, where, path) -> None:
-    if isinstance(value, str):
-        return
-    if isinstance(value, list) and value and all(isinstance(m, dict) and isinstance(m.get("content"), str)
-                                                 and isinstance(m.get("role"), str) for m in value):
+    if isinstance(value, str) or chat_messages_problem(value) is None:
         return
     raise DataError(path, where, "prompt", "must be a string or a non-empty list of chat messages "
                                            "({\"role\": ..., \"content\": ...})")

@@ -118,3 +118,20 @@ class LongFormRecord:
             provenance=self.provenance,
             meta=dict(self.meta, subset=self.subset),
         )
+
+
+def chat_messages_problem(value) -> tuple[int | None, str | None, str] | None:
+    """What is wrong with ``value`` as chat messages (a non-empty list of ``{"role": str, "content": str}``):
+    (message index, key, what), e.g. ``(1, "content", "must be a string, got int")``, or ``(None, None, "must be a
+    non-empty list ...")`` for the list itself; None when nothing is. The one rule of every reader of messages
+    (score's lines, the API's prompts, the reward server's requests), each wording its error its own way."""
+    if not isinstance(value, list) or not value:
+        return None, None, "must be a non-empty list of chat messages ({\"role\": ..., \"content\": ...})"
+    for i, message in enumerate(value):
+        if not isinstance(message, dict):
+            return i, None, f"must be an object with 'role' and 'content', got {type(message).__name__}"
+        for key in ("role", "content"):
+            if not isinstance(message.get(key), str):
+                got = "nothing" if key not in message else type(message[key]).__name__
+                return i, key, f"must be a string, got {got}"
+    return None

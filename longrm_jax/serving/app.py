@@ -26,6 +26,7 @@ import numpy as np
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from longrm_jax.data.records import chat_messages_problem
 from longrm_jax.serving.batcher import QueueFull, RequestBatcher
 from longrm_jax.serving.config import ServeConfig
 
@@ -76,14 +77,11 @@ def _strings(body: dict, name: str, *, required: bool = True, one_or_list: bool 
 
 def _messages(value, name: str) -> list[dict]:
     """Chat messages: a non-empty list of {role, content} with string values."""
-    if not isinstance(value, list) or not value:
-        raise RequestError(400, f"field '{name}' must be a non-empty list of messages")
-    for i, message in enumerate(value):
-        if not isinstance(message, dict):
-            raise RequestError(400, f"field '{name}[{i}]' must be an object with 'role' and 'content'")
-        for key in ("role", "content"):
-            if not isinstance(message.get(key), str):
-                raise RequestError(400, f"field '{name}[{i}].{key}' must be a string")
+    problem = chat_messages_problem(value)
+    if problem:
+        i, key, what = problem
+        where = name + ("" if i is None else f"[{i}]") + ("" if key is None else f".{key}")
+        raise RequestError(400, f"field '{where}' {what}")
     return [{"role": m["role"], "content": m["content"]} for m in value]
 
 
