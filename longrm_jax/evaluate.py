@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from longrm_jax.cli_support import ExitStatus, InputError, configure_logging, run_cli, silence_absl_warnings
+from longrm_jax.compile_cache import enable_compilation_cache
 from longrm_jax.flag_files import parse_with_config
 # The flags live in evaluation/cli_args.py; the names tests and users reach through this module stay here.
 from longrm_jax.evaluation.cli_args import (DEFAULT_MAX_NEW_TOKENS, apply_gpu_decode_flags, build_parser,
@@ -44,11 +45,7 @@ def _evaluate(argv: Sequence[str]) -> int:
 
     slow_paths.set_strict(args.strict_kernels)
     apply_gpu_decode_flags(args)  # before anything below touches a device
-    if args.compilation_cache:
-        import jax
-
-        # JAX's threshold applies (1 s; JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS), as in train.py.
-        jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
+    enable_compilation_cache(args.compilation_cache)
     from longrm_jax.evaluation.outputs import format_summary, truncation_line
     from longrm_jax.evaluation.runner import USER_ERRORS, run_evaluation
 

@@ -49,6 +49,9 @@ class ScoreConfig:
     chat_template: str | None = None  # Jinja chat template file used instead of the tokenizer's.
     mesh: str | None = None  # Device mesh, e.g. fsdp=2 or data=2,seq=2 (null: one device).
     progress: bool = True  # A progress bar on a terminal.
+    # Persistent XLA compilation cache: auto ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/longrm_jax/xla), off, or
+    # a directory (longrm_jax.compile_cache).
+    compilation_cache: str = "auto"
 
     def validate(self) -> ScoreConfig:
         problem = out_of_range(self)
@@ -200,6 +203,9 @@ def _score(argv: Sequence[str]) -> int:
     if not rows:
         raise InputError(f"--input {source}: no lines to score")
     from longrm_jax.api import RewardModel
+    from longrm_jax.compile_cache import enable_compilation_cache
+
+    enable_compilation_cache(args.compilation_cache)
 
     model = RewardModel.from_pretrained(args.model_path, dtype=None if args.dtype == "auto" else args.dtype,
                                         mesh=mesh, chat_template=args.chat_template, batch_size=args.batch_size,

@@ -47,6 +47,10 @@ def _serve(argv: list[str]) -> int:
     configure_logging()
     from aiohttp import web
 
+    from longrm_jax.compile_cache import enable_compilation_cache
+
+    enable_compilation_cache(cfg.compilation_cache)
+
     from longrm_jax.serving.app import build_app
 
     logging.getLogger(__name__).info("loading %s; GET /health answers 200 once it is ready", cfg.model_path)

@@ -217,11 +217,11 @@ def test_a_sequence_past_the_models_positions_is_warned_of(disrm, caplog):
 
 
 def test_score_reads_its_flags_from_a_config_file(tmp_path, disrm):
-    """`score --config FILE` (flag names as keys, the training config's format); the command line wins."""
+    """`score --config FILE` (its schema's keys, the training config's format); the command line wins."""
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"prompt": "q", "response": "a"}) + "\n")
     config = tmp_path / "score.yaml"
-    config.write_text(f"model_path: {disrm}\ninput: {rows}\noutput: {tmp_path / 'ignored.jsonl'}\nno_progress: true\n")
+    config.write_text(f"model_path: {disrm}\ninput: {rows}\noutput: {tmp_path / 'ignored.jsonl'}\nprogress: false\n")
     assert score.main(["--config", str(config), "--output", str(tmp_path / "scored.jsonl")]) == 0
     assert not (tmp_path / "ignored.jsonl").exists()
     scored = json.loads((tmp_path / "scored.jsonl").read_text())

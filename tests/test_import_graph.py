@@ -23,7 +23,7 @@ LAYERS = (
     ("longrm_jax.models",),
     ("longrm_jax.ops",),
     ("longrm_jax.parallel", "longrm_jax.losses", "longrm_jax.cli_support", "longrm_jax.flag_files",
-     "longrm_jax.xla_flags", "longrm_jax.xla_log"),
+     "longrm_jax.xla_flags", "longrm_jax.xla_log", "longrm_jax.compile_cache"),
 )
 # Packages of one layer that must not import each other either (siblings, not a chain).
 INDEPENDENT = (
@@ -33,8 +33,10 @@ INDEPENDENT = (
 )
 # losses.py is pure: jax only; cli_support (one-line errors, --debug) serves every CLI, data's included;
 # xla_flags (process-wide flags the CLIs set before the backend starts) and xla_log (XLA's C++ memory log lines
-# hidden while programs compile) know nothing else of the package.
-LEAVES = ("longrm_jax.losses", "longrm_jax.cli_support", "longrm_jax.xla_flags", "longrm_jax.xla_log")
+# hidden while programs compile) and compile_cache (the persistent compilation cache a CLI points JAX at) know
+# nothing else of the package.
+LEAVES = ("longrm_jax.losses", "longrm_jax.cli_support", "longrm_jax.xla_flags", "longrm_jax.xla_log",
+          "longrm_jax.compile_cache")
 
 def module_name(path: pathlib.Path) -> str:
     parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)

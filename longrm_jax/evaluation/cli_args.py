@@ -10,6 +10,7 @@ import os
 
 from longrm_jax.cli_support import (InputError, add_debug_flag, add_no_progress_flag, add_strict_kernels_flag,
                                     add_topology_flags, cli_parser)
+from longrm_jax.compile_cache import AUTO, HELP, OFF
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
 from longrm_jax.evaluation.samples import DEFAULT_SEED
 from longrm_jax.flag_files import CONFIG_DEST, SET_DEST, add_config_flags
@@ -206,9 +207,8 @@ def _device_args(group) -> None:
 
 def _run_args(group) -> None:
     """Resuming, overwriting, exit status, progress and fallbacks."""
-    group.add_argument("--compilation-cache", default=None, metavar="DIR",
-                        help="persistent XLA compilation cache directory: later runs reuse the compiled "
-                             "bucket shapes instead of recompiling them")
+    group.add_argument("--compilation-cache", default=AUTO, metavar="DIR",
+                        help=HELP + ": later runs reuse the compiled bucket shapes instead of recompiling them")
     group.add_argument("--resume", action="store_true",
                         help="reuse the predictions of task files a previous run with the same settings finished "
                              "(saved under SAVE_PATH/partial as each task file completes), and of the GRM samples "
@@ -290,7 +290,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise InputError(f"--data-path {args.data_path} does not exist")
     if args.chat_template is not None and not os.path.isfile(args.chat_template):
         raise InputError(f"--chat-template {args.chat_template}: no such file")
-    for flag, path in (("--save-path", args.save_path), ("--compilation-cache", args.compilation_cache)):
+    cache = None if args.compilation_cache in (AUTO, OFF) else args.compilation_cache
+    for flag, path in (("--save-path", args.save_path), ("--compilation-cache", cache)):
         if path is not None:
             _check_writable_dir(flag, path)
 

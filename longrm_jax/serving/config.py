@@ -32,6 +32,9 @@ class ServeConfig:
     # Sequences waiting to be scored at most; a request beyond is answered 503 with Retry-After.
     max_queue: int = ranged(4096, ">= 1")
     max_new_tokens: int = ranged(2048, ">= 1")  # a judgement's token budget (a request's max_tokens lowers it)
+    # Persistent XLA compilation cache: auto ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/longrm_jax/xla), off, or
+    # a directory (longrm_jax.compile_cache). A restart on the same shapes then reads its programs, not compiles.
+    compilation_cache: str = "auto"
 
     def validate(self) -> "ServeConfig":
         problem = out_of_range(self)
