@@ -19,7 +19,7 @@ import tempfile
 from typing import Any
 
 from longrm_jax.cli_support import InputError, add_debug_flag, cli_parser, run_cli, silence_absl_warnings
-from longrm_jax.training.config_rules import ConfigError, choice, out_of_range
+from longrm_jax.training.config_rules import ConfigError, check_flat, choice
 
 
 # HF loading and saving, the models and orbax are imported inside the functions that use them, so that `--help` and
@@ -45,12 +45,7 @@ class ExportConfig:
     tokenizer_dir: str | None = None  # Copy tokenizer files from here (null: from the source).
 
     def validate(self) -> ExportConfig:
-        problem = out_of_range(self)
-        if problem:
-            raise ConfigError(problem)
-        for name in ("checkpoint", "out"):
-            if not getattr(self, name):
-                raise ConfigError(f"--{name}: required (a directory)")
+        check_flat(self, {"checkpoint": "SRC, the checkpoint to export", "out": "DIR, the output directory"})
         return self
 
 

@@ -120,4 +120,6 @@ def config_from_args(args: argparse.Namespace, schema: type):
             found = re.search(rf"(?:^|: ){name}(?=[ :])", message)
             if found:
                 raise ConfigError(flag_name(name) + message[found.end():]) from None
+        if args.config is None:  # no file: the loader's name for the settings ("config + --set") names nothing given
+            raise ConfigError(re.sub(r"^config( \+ --set)?: ", "", message)) from None
         raise

@@ -21,7 +21,7 @@ from longrm_jax.cli_support import (InputError, add_debug_flag, cli_parser, conf
                                     silence_absl_warnings)
 from longrm_jax.data.records import DataError, chat_messages_problem
 from longrm_jax.data.tokenize import UPSTREAM_MAX_LENGTH
-from longrm_jax.training.config_rules import ConfigError, choice, out_of_range, ranged
+from longrm_jax.training.config_rules import ConfigError, check_flat, choice, ranged
 
 
 DESCRIPTION = ("Score responses with a discriminative reward model (a ...ForSequenceClassification checkpoint "
@@ -54,12 +54,8 @@ class ScoreConfig:
     compilation_cache: str = "auto"
 
     def validate(self) -> ScoreConfig:
-        problem = out_of_range(self)
-        if problem:
-            raise ConfigError(problem)
-        for name in ("model_path", "input"):
-            if not getattr(self, name):
-                raise ConfigError(f"--{name.replace('_', '-')}: required")
+        check_flat(self, {"model_path": "DIR, a local Hugging Face reward model directory",
+                          "input": "FILE, the JSON lines to score (- for stdin)"})
         return self
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
-from longrm_jax.training.config_rules import ConfigError, choice, out_of_range, ranged
+from longrm_jax.training.config_rules import check_flat, choice, ranged
 
 
 @dataclass
@@ -37,9 +37,5 @@ class ServeConfig:
     compilation_cache: str = "auto"
 
     def validate(self) -> "ServeConfig":
-        problem = out_of_range(self)
-        if problem:
-            raise ConfigError(problem)
-        if not self.model_path:
-            raise ConfigError("model_path: required (--model-path DIR, a local Hugging Face checkpoint directory)")
+        check_flat(self, {"model_path": "DIR, a local Hugging Face checkpoint directory"})
         return self

@@ -129,3 +129,15 @@ def out_of_range(config: Any) -> str | None:
         if not rule.ok(value):
             return f"{key} must be {rule.want}; got {value!r}"
     return None
+
+
+def check_flat(cfg, required: dict[str, str]) -> None:
+    """The check of a CLI's flat schema (``ServeConfig``, ``ScoreConfig``, ``ExportConfig``): every declared rule,
+    then each required key set; ``required`` maps a key to what its flag takes (``"DIR, a checkpoint"``)."""
+    problem = out_of_range(cfg)
+    if problem:
+        raise ConfigError(problem)
+    for key, what in required.items():
+        if not getattr(cfg, key):
+            raise ConfigError(f"{key}: required (--{key.replace('_', '-')} {what})")
+
