@@ -103,3 +103,29 @@ def test_profile_window_writes_a_trace_the_summary_reads(tmp_path):
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "CPU-only trace" in proc.stdout
+
+
+def test_eval_every_draws_the_held_out_curve_and_plots_it(tmp_path, capsys):
+    """`eval_every: N`: held-out accuracy before training, at every N-th step and after it, in metrics.jsonl and on
+    the console; scripts/plot_learning_curves.py draws the curve from the run directory."""
+    import importlib.util
+    import json
+    import os
+
+    from longrm_jax import train
+
+    out = tmp_path / "run"
+    sets = ["stage=bt", "data.seq_len=256", "data.batch_rows=2", "model.overrides={num_layers: 1}",
+            "data.synthetic.lengths=[60]", "data.num_train=16", "data.num_eval=4", "steps=5", "eval_every=2",
+            "tensorboard=false", "progress=false", "checkpoint.every=0", "mesh.fsdp=1", f"output_dir={out}"]
+    assert train.main([a for s in sets for a in ("--set", s)]) == 0
+    evals = [json.loads(line) for line in open(out / "metrics.jsonl") if '"eval"' in line]
+    assert [e["step"] for e in evals] == [0, 2, 4, 5]
+    assert "held-out pairwise accuracy at step 2 of training" in capsys.readouterr().out
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "plot_learning_curves.py")
+    spec = importlib.util.spec_from_file_location("plot_learning_curves", script)
+    plot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot)
+    assert plot.read_curves(str(out))[2]["held-out"] == [(e["step"], e["accuracy"]) for e in evals]
+    assert plot.main([str(out), "--out", str(tmp_path / "curves.png")]) == 0
+    assert (tmp_path / "curves.png").stat().st_size > 1000

@@ -109,9 +109,10 @@ def verify_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int 
     the rest; the target is the judgement's first two steps:
     `The document says quartz. Assistant A: the password of the blue door is orchid, not the document.`
 
-    Blended into the needle LM's rows (configs/tiny_lm_needle.yaml) they teach the comparison that decides every
-    judgement on short sequences, where many fit one packed row, before the judge's SFT sees it with the
-    system prompt of the evaluator."""
+    They teach the comparison that decides every judgement on short sequences, many to a packed row, without the
+    evaluator's long system prompt. Not in the shipped recipe: blended 1:1 into the needle LM's rows they delay
+    its look-up past 600 steps, and into the judge's SFT rows they did not speed its decisions (docs/benchmarks.md,
+    "where the tiny recipe's time goes")."""
     count_tokens = count_tokens or default_token_counter()
     rng = random.Random(seed)
     rows = []

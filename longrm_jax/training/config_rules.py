@@ -22,6 +22,7 @@ from typing import Any
 
 from longrm_jax.cli_support import InputError
 
+
 class ConfigError(InputError):
     """A configuration file or override that does not fit the schema."""
 

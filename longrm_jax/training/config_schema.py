@@ -325,6 +325,11 @@ class TrainConfig:
             raise ConfigError(problem)
 
     @property
+    def evaluates_held_out(self) -> bool:
+        """Whether the run evaluates held-out pairs at all: before, after or every ``eval_every`` steps."""
+        return self.eval_before or self.eval_after or self.eval_every > 0
+
+    @property
     def base_weights_dtype(self) -> str:
         """dtype the model's weights are created or loaded in: a LoRA run's ``lora.base_dtype`` (its frozen base;
         created in that dtype, so no fp32 copy is made and freed on the device first, which left the GPU's memory

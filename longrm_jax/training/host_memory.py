@@ -136,8 +136,7 @@ def train_batch_bytes(cfg) -> int:
 
 
 def _evaluates(cfg) -> bool:
-    held_out = cfg.eval_before or cfg.eval_after or bool(cfg.eval_every)
-    return held_out and (cfg.data.eval_source is not None or cfg.data.source == "synthetic")
+    return cfg.evaluates_held_out and (cfg.data.eval_source is not None or cfg.data.source == "synthetic")
 
 
 def check_data_buffers(cfg, available: int | None = None) -> None:

@@ -206,9 +206,9 @@ def _prepare_inputs(cfg: TrainConfig, resume: bool) -> _RunInputs:
     check_data_buffers(cfg)  # before any batch is packed: one too large for the RAM ended in the OOM killer
     tokenizer = load_tokenizer(cfg.data)
     records = train_records(cfg)
-    eval_host = eval_batches(cfg, tokenizer) if (cfg.eval_before or cfg.eval_after or cfg.eval_every) else []
+    eval_host = eval_batches(cfg, tokenizer) if cfg.evaluates_held_out else []
     no_eval_reason = None
-    if (cfg.eval_before or cfg.eval_after or cfg.eval_every) and not eval_host:
+    if cfg.evaluates_held_out and not eval_host:
         no_eval_reason = missing_eval_reason(cfg)
         log_line(f"note: {no_eval_reason}")
     if cfg.steps:
