@@ -1,4 +1,4 @@
-"""Cached calls of a decoder whose sliding-window layers keep rings of their window (issue 43): a split
+"""Cached calls of a decoder whose sliding-window layers keep rings of their window: a split
 :class:`~longrm_jax.models.cache.KVCache`, global layers at full length and local ones in ``local_k`` /
 ``local_v`` rings of R >= window slots. At 128K tokens Gemma 3's cache shrinks by about 5/6 (five local layers
 of window 1024 per six).

@@ -317,7 +317,7 @@ def _ring_fwd(q, k, v, q_seg, kv_seg, cfg):
     # Named as the single-device kernels name theirs (ops.kernel_vjp), so that the ``save_attention_out`` remat
     # policy keeps this device's out and LSE and the backward does not re-run the ring's forward. Every
     # multi-device mesh runs the Pallas kernels through here (a ring of one without a seq axis): unnamed, a
-    # 4-GPU data-parallel step ran each layer's attention forward twice (H200 profile, issue 40).
+    # 4-GPU data-parallel step ran each layer's attention forward twice (docs/perf_training.md).
     out, lse = checkpoint_name(out, ATTENTION_OUT_NAME), checkpoint_name(lse, ATTENTION_LSE_NAME)
     return out, (q, k, v, out, lse, q_seg, kv_seg)
 

@@ -63,8 +63,7 @@ class LowerBound:
     Under ``none`` and ``save_attention_out`` with every weight trained (no LoRA), each layer keeps more than its
     input: the attention output (o_proj's operand, saved by both) and, under ``none``, the MLP's hidden
     activation (down_proj's operand; not with a tiled MLP), which their weights' gradients read (x^T dy).
-    Counting them refuses the CPU's data.batch_rows=100000 (827 GiB compiled) before a compile of 20 s or more
-    (issue 42)."""
+    Counting them refuses the CPU's data.batch_rows=100000 (827 GiB compiled) before a compile of 20 s or more."""
 
     state: int
     gradients: int

@@ -1,4 +1,4 @@
-"""``mesh: auto``: the mesh chosen by what fits and what moves least (issue 40 item 2).
+"""``mesh: auto``: the mesh chosen by what fits and what moves least.
 
 The candidates and their bytes per step come from ``parallel.mesh_choice`` (data parallel with ZeRO-1, FSDP, the
 ``seq`` ring); this module sizes them for a run's model and data and asks the memory plan
