@@ -19,7 +19,7 @@ import tempfile
 from typing import Any
 
 from longrm_jax.cli_support import InputError, add_debug_flag, cli_parser, run_cli, silence_absl_warnings
-from longrm_jax.training.config_rules import ConfigError, check_flat, choice
+from longrm_jax.training.config_rules import check_flat, choice
 
 # HF loading and saving, the models and orbax are imported inside the functions that use them, so that `--help` and
 # a refused flag answer without loading them.
@@ -156,10 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _export(argv: list[str]) -> int:
     from longrm_jax.schema_flags import config_from_args
 
-    try:
-        args = config_from_args(build_parser().parse_args(argv), ExportConfig)
-    except (ConfigError, FileNotFoundError) as error:
-        raise InputError(str(error)) from None
+    args = config_from_args(build_parser().parse_args(argv), ExportConfig)  # a refusal: run_cli's one line, exit 2
     silence_absl_warnings()
     check_out_dir(args.out, args.checkpoint, overwrite=args.overwrite)
     from longrm_jax.hf.save import parse_size, save_pretrained

@@ -21,7 +21,7 @@ from longrm_jax.cli_support import (InputError, add_debug_flag, cli_parser, conf
                                     silence_absl_warnings)
 from longrm_jax.data.records import DataError, chat_messages_problem
 from longrm_jax.data.tokenize import UPSTREAM_MAX_LENGTH
-from longrm_jax.training.config_rules import ConfigError, check_flat, choice, ranged
+from longrm_jax.training.config_rules import check_flat, choice, ranged
 
 
 DESCRIPTION = ("Score responses with a discriminative reward model (a ...ForSequenceClassification checkpoint "
@@ -181,10 +181,7 @@ def score_rows(model, rows: list[tuple[int, dict]], out, *, chunk: int, progress
 def _score(argv: Sequence[str]) -> int:
     from longrm_jax.schema_flags import config_from_args
 
-    try:
-        args = config_from_args(build_parser().parse_args(argv), ScoreConfig)
-    except (ConfigError, FileNotFoundError) as error:
-        raise InputError(str(error)) from None
+    args = config_from_args(build_parser().parse_args(argv), ScoreConfig)  # a refusal: run_cli's one line, exit 2
     from longrm_jax.evaluation.cli_args import parse_mesh
 
     configure_logging()

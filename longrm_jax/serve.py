@@ -33,17 +33,8 @@ def build_parser():
 def _serve(argv: list[str]) -> int:
     from longrm_jax.schema_flags import config_from_args
     from longrm_jax.serving.config import ServeConfig
-    from longrm_jax.training.config import ConfigError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        cfg = config_from_args(args, ServeConfig)
-    except (ConfigError, FileNotFoundError) as error:
-        if args.debug:
-            raise
-        print(f"error: {error}", file=sys.stderr)
-        return ExitStatus.INPUT_REFUSED
+    cfg = config_from_args(build_parser().parse_args(argv), ServeConfig)  # a refusal: run_cli's one line, exit 2
     configure_logging()
     from aiohttp import web
 

@@ -8,8 +8,8 @@ loaded, 503 before) and ``GET /metrics`` (Prometheus text).
 
 Requests are tokenized in worker threads, so the event loop goes on accepting meanwhile. Every request is checked
 before it queues: malformed JSON, a missing or mistyped field or an empty list gets a 4xx with a one-line
-``{"error": ...}``; a full queue 503 with ``Retry-After``; a query too long to cut 413 with its lengths. An error inside a model call answers 500 with one line (the traceback goes to the server's log) and
-the server goes on.
+``{"error": ...}``; a full queue 503 with ``Retry-After``; a query too long to cut 413 with its lengths. An error
+inside a model call answers 500 with one line (the traceback goes to the server's log) and the server goes on.
 """
 
 from __future__ import annotations
