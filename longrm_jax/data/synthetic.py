@@ -38,7 +38,7 @@ from longrm_jax.data.needles import (DEFAULT_LENGTHS, VALUES, answer_text, appro
                                      default_token_counter, length_label, make_needle_sample, wrong_values,
                                      write_jsonl)
 from longrm_jax.data.records import LONG_REWARDBENCH_TASKS
-from longrm_jax.data.synthetic_judge import write_judge_files
+from longrm_jax.data.synthetic_judge import JUDGEMENT_STYLES, write_judge_files
 
 
 def preference_row(rng: random.Random, target_tokens: int, num_rejects: int = 1, num_distractors: int = 0,
@@ -146,6 +146,10 @@ def _write(argv: Sequence[str]) -> int:
                         "judge_{train,eval}.jsonl (GRM SimPO), pairwise rows in the evaluator's judge prompt, "
                         "verify_sft_{train,eval}.jsonl (SFT rows of the judge's verification task), and "
                         "disrm_{train,eval}.jsonl (DisRM Bradley-Terry) in the benchmark's prompt")
+    p.add_argument("--judgement", choices=JUDGEMENT_STYLES, default="check",
+                   help="how the judge's judgements reach their verdict: check (compare each answer with the "
+                        "document) or match (list the answers' passwords with their letters, then copy the letter "
+                        "after the document's)")
     p.add_argument("--seed", type=int, default=0, help="the same seed writes the same files")
     add_debug_flag(p)
     args = p.parse_args(argv)
@@ -177,7 +181,7 @@ def _write(argv: Sequence[str]) -> int:
                                  args.num_distractors, num_values=args.num_values)
     if args.judge:
         paths.update(write_judge_files(args.out, args.num_train, args.num_eval, args.seed, lengths,
-                                       args.num_distractors))
+                                       args.num_distractors, style=args.judgement))
     paths.update(write_long_rewardbench(os.path.join(args.out, "long_rewardbench"), args.bench_per_task,
                                         args.seed, lengths, bon_fraction=args.bench_bon_fraction,
                                         num_distractors=args.num_distractors))

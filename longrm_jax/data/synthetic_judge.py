@@ -15,8 +15,12 @@ from longrm_jax.data.needles import (DEFAULT_LENGTHS, answer_text, approx_token_
                                      wrong_values, write_jsonl)
 
 CHECK_SYSTEM_PROMPT = "Check the answer against the document."
+# How a judgement reaches its verdict (`judgement_text`): "check" compares each answer with the document in turn;
+# "match" lists each answer's password followed by its letter, then the document's password followed by the letter
+# that came after it in the list (a copy, as the needle LM's look-up is).
+JUDGEMENT_STYLES = ("check", "match", "list")
 
-def judgement_text(document_value: str, shown_answers: Sequence[str]) -> str:
+def judgement_text(document_value: str, shown_answers: Sequence[str], style: str = "check") -> str:
     """A pairwise judgement that reasons in short steps before the verdict `[[A]]`/`[[B]]` (upstream's format,
     parsed by `evaluation.prompts`): the document's password first, then each answer restated in the needle
     sentence with whether its password is the document's, then the verdict:
@@ -32,16 +36,22 @@ def judgement_text(document_value: str, shown_answers: Sequence[str]) -> str:
     document.`, the comparison stayed at chance: docs/benchmarks.md, the tiny judge recipe's runs G1-G4.) Given the
     true value it is the right judgement; given the other answer's value (SimPO's rejected), a wrong one
     consistent with itself.
+
+    `style="match"` decides by a copy instead of a comparison: `The document says quartz. The answers: orchid A,
+    quartz B. The document says quartz B. [[B]]`. The letter after the document's password is the one that followed
+    the same password in the list: an induction copy, the circuit a needle-QA model already runs for its look-up.
     """
     values = [_answer_value(answer) for answer in shown_answers]
     verdicts = [position_letter(i) for i, value in enumerate(values) if value == document_value]
     if len(verdicts) != 1:
         raise ValueError(f"judgement_text: exactly one answer must state {document_value!r}, got {values}")
+    if style in ("match", "list"):
+        return _matched(document_value, values, verdicts[0], style)
     steps = [_checked_answer(i, answer, document_value) for i, answer in enumerate(shown_answers)]
     return f"The document says {document_value}. " + " ".join(steps) + f" [[{verdicts[0]}]]"
 
 
-def misjudgement_text(document_value: str, shown_answers: Sequence[str]) -> str:
+def misjudgement_text(document_value: str, shown_answers: Sequence[str], style: str = "check") -> str:
     """The judgement of `judgement_text` with every decision turned: the same quotes (the document's password and
     each answer), each comparison the wrong way and the other verdict:
     `The document says quartz. Assistant A: the password of the blue door is quartz, not the document. Assistant
@@ -49,11 +59,24 @@ def misjudgement_text(document_value: str, shown_answers: Sequence[str]) -> str:
 
     SimPO's rejected judgement. Against the right one it differs in the decisions alone, so the preference loss
     falls on the comparison, as a DisRM's Bradley-Terry loss does on its pairs (which learn it in a few hundred
-    steps), not on quotes that SFT has already taught; and a held-out pair is right only when the comparison is."""
+    steps), not on quotes that SFT has already taught; and a held-out pair is right only when the comparison is.
+    `style="match"`: the same list, the document's password followed by the other letter."""
+    if style in ("match", "list"):
+        values = [_answer_value(answer) for answer in shown_answers]
+        wrong = next(position_letter(i) for i, value in enumerate(values) if value != document_value)
+        return _matched(document_value, values, wrong, style)
     steps = [_checked_answer(i, answer, document_value, turned=True) for i, answer in enumerate(shown_answers)]
     verdict = next(position_letter(i) for i, answer in enumerate(shown_answers)
                    if _answer_value(answer) != document_value)
     return f"The document says {document_value}. " + " ".join(steps) + f" [[{verdict}]]"
+
+
+def _matched(document_value: str, values: Sequence[str], verdict: str, style: str) -> str:
+    """A `match` (or `list`: without the first sentence) judgement that gives `verdict` (judgement_text says what
+    it is)."""
+    listed = ", ".join(f"{value} {position_letter(i)}" for i, value in enumerate(values))
+    first = f"The document says {document_value}. " if style == "match" else ""
+    return f"{first}The answers: {listed}. The document says {document_value} {verdict}. [[{verdict}]]"
 
 
 def _checked_answer(position: int, answer: str, document_value: str, turned: bool = False) -> str:
@@ -72,7 +95,7 @@ def _answer_value(answer: str) -> str:
 
 
 def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int = 0,
-               count_tokens: Callable[[str], int] | None = None) -> list[dict[str, dict]]:
+               count_tokens: Callable[[str], int] | None = None, style: str = "check") -> list[dict[str, dict]]:
     """`n` pairwise needle rows, each in three training formats; context lengths cycle through `lengths`.
 
     `seed` names the random stream (a string, so no stream is another's: the benchmark's are other names).
@@ -89,8 +112,8 @@ def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int =
         chosen_at = rng.randrange(2)  # position of the better answer: A or B, half each
         shown = [row["chosen"], row["rejected"]] if chosen_at == 0 else [row["rejected"], row["chosen"]]
         messages = judge_messages(row["prompt_template"], shown, "pair")
-        good = judgement_text(_answer_value(row["chosen"]), shown)
-        bad = misjudgement_text(_answer_value(row["chosen"]), shown)
+        good = judgement_text(_answer_value(row["chosen"]), shown, style)
+        bad = misjudgement_text(_answer_value(row["chosen"]), shown, style)
         meta = {"ctx_length": row["ctx_length_for_length"], "depth": row["depth"][0]}
         out.append({
             "sft": {"chat_template": messages, "golden": good, "verdict": chosen_at, **meta},
@@ -133,11 +156,12 @@ def verify_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int 
 
 def write_judge_files(out_dir: str, num_train: int = 2000, num_eval: int = 200, seed: int = 0,
                       lengths: Sequence[int] = DEFAULT_LENGTHS, num_distractors: int = 0,
-                      count_tokens: Callable[[str], int] | None = None) -> dict[str, str]:
+                      count_tokens: Callable[[str], int] | None = None, style: str = "check") -> dict[str, str]:
     """Write, per split (`train`, `eval`), the reward-model training files of one stream of pairwise rows:
     `judge_sft_{split}.jsonl` (upstream SFT rows: GRM stage 1), `judge_{split}.jsonl` (upstream preference rows
     of judgements: GRM stage 2 SimPO, and the judge's held-out pairs) and `disrm_{split}.jsonl` (preference
-    rows of answers in the benchmark's prompt: DisRM Bradley-Terry).
+    rows of answers in the benchmark's prompt: DisRM Bradley-Terry). `style`: how judgements decide
+    (`JUDGEMENT_STYLES`, `judgement_text`).
 
     Their random streams differ from every `write_long_rewardbench` stream, so a benchmark written with any seed
     is held out. Returns {name: path}.
@@ -145,7 +169,7 @@ def write_judge_files(out_dir: str, num_train: int = 2000, num_eval: int = 200, 
     os.makedirs(out_dir, exist_ok=True)
     paths = {}
     for split, n in (("train", num_train), ("eval", num_eval)):
-        rows = judge_rows(n, f"judge-{split}:{seed}", lengths, num_distractors, count_tokens)
+        rows = judge_rows(n, f"judge-{split}:{seed}", lengths, num_distractors, count_tokens, style)
         for name, column in ((f"judge_sft_{split}", "sft"), (f"judge_{split}", "simpo"),
                              (f"disrm_{split}", "disrm")):
             paths[name] = os.path.join(out_dir, f"{name}.jsonl")
