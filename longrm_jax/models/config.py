@@ -37,6 +37,8 @@ LAYER_TYPES = ("full_attention", "sliding_attention")
 HIDDEN_ACTS = ("silu", "gelu_pytorch_tanh")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 DECODE_ATTENTION_IMPLS = ("xla", "pallas", "pallas_interpret")
+# ModelConfig.matmul_dtype: the weights' projections in the compute dtype, or in FP8 (ops.fp8_matmul).
+MATMUL_DTYPES = ("compute", "fp8")
 REMAT_POLICIES = ("none", "full", "dots_saveable", "save_attention_out", "offload_layer_inputs",
                   "offload_layer_inputs_and_attention")
 HEADS = ("causal_lm", "classifier")
@@ -95,6 +97,9 @@ class ModelConfig:
     initializer_range: float = 0.02
     dtype: str = "float32"  # compute dtype
     param_dtype: str = "float32"
+    # "compute": the weights' projections run in ``dtype``; "fp8": in FP8 with current scaling, e4m3 forward and
+    # e5m2 gradients (ops.fp8_matmul). Attention, norms and heads stay in ``dtype``.
+    matmul_dtype: str = "compute"
     remat: str = "none"  # one of REMAT_POLICIES
     # Run each layer's MLP on token chunks of at most this many tokens (0: whole rows), each chunk recomputed in
     # the backward on its own (models.layers.tiled_mlp): bounds the [tokens, intermediate_size] buffers of
@@ -144,6 +149,8 @@ class ModelConfig:
         if self.decode_attention not in DECODE_ATTENTION_IMPLS:
             raise ValueError(f"unknown decode_attention {self.decode_attention!r}; supported: "
                              f"{list(DECODE_ATTENTION_IMPLS)}")
+        if self.matmul_dtype not in MATMUL_DTYPES:
+            raise ValueError(f"unknown matmul_dtype {self.matmul_dtype!r}; supported: {list(MATMUL_DTYPES)}")
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"unknown remat policy {self.remat!r}; supported: {list(REMAT_POLICIES)}")
         if self.offloaded_layers is not None and not 0 <= self.offloaded_layers <= self.num_layers:

@@ -39,6 +39,7 @@ from longrm_jax.models.config import ModelConfig
 from longrm_jax.models.rope import apply_rope
 from longrm_jax.ops.contract import ATTENTION_LSE_NAME, ATTENTION_OUT_NAME
 from longrm_jax.ops.decode_attention import decode_attention_supported, stacked_cache_decode_attention
+from longrm_jax.ops.fp8_matmul import fp8_projection
 from longrm_jax.parallel.mesh import logical_to_spec
 from longrm_jax.parallel.placement import SEQ_AXIS, fit_spec, on_own_rows
 
@@ -88,6 +89,14 @@ def _cast(p: dict, dtype) -> dict:
     return {name: w.astype(dtype) for name, w in p.items()}
 
 
+def project(spec: str, x: jax.Array, w: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """A weight's projection ``jnp.einsum(spec, x, w)``, where ``w`` contracts ``x``'s trailing axes with its
+    leading ones; under ``cfg.matmul_dtype == "fp8"`` the same contraction in FP8 (``ops.fp8_matmul``)."""
+    if cfg.matmul_dtype == "fp8":
+        return fp8_projection(x, w, len(set(spec.split(",")[0]) & set(spec.split(",")[1].split("->")[0])))
+    return jnp.einsum(spec, x, w)
+
+
 def with_lora(p: dict, name: str, x: jax.Array, in_axes: int, out: jax.Array) -> jax.Array:
     """``out`` (x @ p[name], any layout) plus the LoRA branch ``(x @ A) @ B`` of weight ``name`` when ``p``
     holds one; ``in_axes``: trailing axes of ``x`` that the weight contracts."""
@@ -103,9 +112,9 @@ def qkv_projection(p: dict, h_btd: jax.Array, cos, sin, cfg: ModelConfig):
     """q [B,T,N,H], k, v [B,T,K,H] with Qwen3's per-head q/k norm (before RoPE) and RoPE applied."""
     if "qkv_proj" in p:
         return _fused_qkv_projection(p, h_btd, cos, sin, cfg)
-    q = with_lora(p, "q_proj", h_btd, 1, jnp.einsum("btd,dnh->btnh", h_btd, p["q_proj"]))
-    k = with_lora(p, "k_proj", h_btd, 1, jnp.einsum("btd,dkh->btkh", h_btd, p["k_proj"]))
-    v = with_lora(p, "v_proj", h_btd, 1, jnp.einsum("btd,dkh->btkh", h_btd, p["v_proj"]))
+    q = with_lora(p, "q_proj", h_btd, 1, project("btd,dnh->btnh", h_btd, p["q_proj"], cfg))
+    k = with_lora(p, "k_proj", h_btd, 1, project("btd,dkh->btkh", h_btd, p["k_proj"], cfg))
+    v = with_lora(p, "v_proj", h_btd, 1, project("btd,dkh->btkh", h_btd, p["v_proj"], cfg))
     if cfg.has_qkv_bias:
         q, k, v = q + p["q_bias"], k + p["k_bias"], v + p["v_bias"]
     if cfg.qk_norm:
@@ -120,7 +129,7 @@ def _fused_qkv_projection(p: dict, h_btd: jax.Array, cos, sin, cfg: ModelConfig)
     (the same arithmetic as :func:`rms_norm` per head)."""
     b, t, _ = h_btd.shape
     g = cfg.num_heads // cfg.num_kv_heads
-    qkv = jnp.einsum("btd,dkgh->btkgh", h_btd, p["qkv_proj"])  # [B, T, K, G + 2, H]
+    qkv = project("btd,dkgh->btkgh", h_btd, p["qkv_proj"], cfg)  # [B, T, K, G + 2, H]
     if cfg.has_qkv_bias:
         qkv = qkv + jnp.concatenate([p["q_bias"].reshape(cfg.num_kv_heads, g, cfg.head_dim),
                                      p["k_bias"][:, None], p["v_bias"][:, None]], axis=1)
@@ -158,17 +167,17 @@ def mlp(p: dict, h_btd: jax.Array, cfg: ModelConfig, rules) -> jax.Array:
 
 def _mlp(p: dict, h_btd: jax.Array, cfg: ModelConfig, rules) -> jax.Array:
     if "gate_up_proj" in p:  # fused inference layout [D, 2, F]: one matmul
-        gate_up = jnp.einsum("btd,dcf->btcf", h_btd, p["gate_up_proj"])
+        gate_up = project("btd,dcf->btcf", h_btd, p["gate_up_proj"], cfg)
         gate, up = gate_up[:, :, 0], gate_up[:, :, 1]
     else:
-        gate = with_lora(p, "gate_proj", h_btd, 1, jnp.einsum("btd,df->btf", h_btd, p["gate_proj"]))
-        up = with_lora(p, "up_proj", h_btd, 1, jnp.einsum("btd,df->btf", h_btd, p["up_proj"]))
+        gate = with_lora(p, "gate_proj", h_btd, 1, project("btd,df->btf", h_btd, p["gate_proj"], cfg))
+        up = with_lora(p, "up_proj", h_btd, 1, project("btd,df->btf", h_btd, p["up_proj"], cfg))
     if cfg.mlp_bias:
         gate, up = gate + p["gate_bias"], up + p["up_bias"]
     # Gemma 3's gelu_pytorch_tanh is the tanh approximation of GELU.
     gated = jax.nn.gelu(gate, approximate=True) if cfg.hidden_act == "gelu_pytorch_tanh" else jax.nn.silu(gate)
     act = constrain(gated * up, ("batch", "seq", "act_mlp"), rules)
-    out = with_lora(p, "down_proj", act, 1, jnp.einsum("btf,fd->btd", act, p["down_proj"]))
+    out = with_lora(p, "down_proj", act, 1, project("btf,fd->btd", act, p["down_proj"], cfg))
     return out + p["down_bias"] if cfg.mlp_bias else out
 
 
@@ -205,7 +214,7 @@ def tiled_mlp(p: dict, h_btd: jax.Array, cfg: ModelConfig, rules, chunk: int) ->
 
 
 def output_projection(p: dict, attn_btnh: jax.Array, cfg: ModelConfig) -> jax.Array:
-    out = with_lora(p, "o_proj", attn_btnh, 2, jnp.einsum("btnh,nhd->btd", attn_btnh, p["o_proj"]))
+    out = with_lora(p, "o_proj", attn_btnh, 2, project("btnh,nhd->btd", attn_btnh, p["o_proj"], cfg))
     return out + p["o_bias"] if cfg.attention_bias else out
 
 

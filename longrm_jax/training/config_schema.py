@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass, field
 
 from longrm_jax.data.tokenize import RESPONSE_ENDS
-from longrm_jax.models.config import REMAT_POLICIES, ModelConfig
+from longrm_jax.models.config import MATMUL_DTYPES, REMAT_POLICIES, ModelConfig
 from longrm_jax.training.config_rules import ConfigError, choice, out_of_range, ranged
 from longrm_jax.training.mesh_config import MeshSection, mesh_problem
 
@@ -34,6 +34,10 @@ class ModelSection:
     head: str = choice("auto", ("auto", "causal_lm", "classifier"))
     compute_dtype: str = choice("float32", ("float32", "bfloat16"))  # activations / matmuls; bfloat16 on accelerators
     param_dtype: str = choice("float32", ("float32", "bfloat16"))  # master weights and optimizer state
+    # The weights' projections (q/k/v/o, MLP; LoRA's frozen base path): "compute" (compute_dtype) or "fp8" (FP8
+    # with current scaling: e4m3 forward, e5m2 gradients; ModelConfig.matmul_dtype, ops.fp8_matmul). Attention,
+    # norms, heads, the loss and the optimizer stay as they are. MFU stays counted against the bf16 peak.
+    matmul_dtype: str = choice("compute", MATMUL_DTYPES)
     # ModelConfig.remat (none, full, dots_saveable, save_attention_out, offload_layer_inputs,
     # offload_layer_inputs_and_attention) or "auto": the fastest of none, save_attention_out, full and then the
     # offloading ones whose compiled step fits the device and the host budget (training.memory_plan).

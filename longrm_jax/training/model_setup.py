@@ -119,7 +119,7 @@ def with_training_numerics(mcfg: ModelConfig, cfg: TrainConfig) -> ModelConfig:
     # remat "auto" is resolved by training.memory_plan before the model is built; "full" stands in until then.
     remat = "full" if cfg.model.remat == "auto" else cfg.model.remat
     return mcfg.replace(head=cfg.head, dtype=cfg.model.compute_dtype, param_dtype=cfg.base_weights_dtype,
-                        remat=remat, mlp_chunk_tokens=cfg.model.mlp_chunk_tokens,
+                        matmul_dtype=cfg.model.matmul_dtype, remat=remat, mlp_chunk_tokens=cfg.model.mlp_chunk_tokens,
                         offloaded_layers=cfg.model.offloaded_layers)
 
 
