@@ -214,7 +214,8 @@ def load_trained_weights(directory: str, step: int | None = None) -> tuple[Model
         raise FileNotFoundError(f"{directory}: no complete training checkpoint step")
     meta = manager.restore(step, args=ocp.args.Composite(model=ocp.args.JsonRestore(),
                                                          config=ocp.args.JsonRestore()))
-    mcfg = ModelConfig(**meta["model"])
+    # FP8 matmuls are a training setting: the tools that read a checkpoint run its weights in their compute dtype.
+    mcfg = ModelConfig(**meta["model"]).replace(matmul_dtype="compute")
     run_cfg = meta["config"]
     # Restore on the host as numpy, whatever devices / mesh the training used.
     item = os.path.join(os.path.abspath(directory), str(step), "state")
