@@ -18,7 +18,7 @@ CHECK_SYSTEM_PROMPT = "Check the answer against the document."
 # How a judgement reaches its verdict (`judgement_text`): "check" compares each answer with the document in turn;
 # "match" lists each answer's password followed by its letter, then the document's password followed by the letter
 # that came after it in the list (a copy, as the needle LM's look-up is).
-JUDGEMENT_STYLES = ("check", "match", "list", "bracket")
+JUDGEMENT_STYLES = ("check", "match", "list", "bracket", "key", "adjacent", "echo")
 
 def judgement_text(document_value: str, shown_answers: Sequence[str], style: str = "check") -> str:
     """A pairwise judgement that reasons in short steps before the verdict `[[A]]`/`[[B]]` (upstream's format,
@@ -45,7 +45,7 @@ def judgement_text(document_value: str, shown_answers: Sequence[str], style: str
     verdicts = [position_letter(i) for i, value in enumerate(values) if value == document_value]
     if len(verdicts) != 1:
         raise ValueError(f"judgement_text: exactly one answer must state {document_value!r}, got {values}")
-    if style in ("match", "list", "bracket"):
+    if style in ("match", "list", "bracket", "key", "adjacent", "echo"):
         return _matched(document_value, values, verdicts[0], style)
     steps = [_checked_answer(i, answer, document_value) for i, answer in enumerate(shown_answers)]
     return f"The document says {document_value}. " + " ".join(steps) + f" [[{verdicts[0]}]]"
@@ -61,7 +61,7 @@ def misjudgement_text(document_value: str, shown_answers: Sequence[str], style: 
     falls on the comparison, as a DisRM's Bradley-Terry loss does on its pairs (which learn it in a few hundred
     steps), not on quotes that SFT has already taught; and a held-out pair is right only when the comparison is.
     `style="match"`: the same list, the document's password followed by the other letter."""
-    if style in ("match", "list", "bracket"):
+    if style in ("match", "list", "bracket", "key", "adjacent", "echo"):
         values = [_answer_value(answer) for answer in shown_answers]
         wrong = next(position_letter(i) for i, value in enumerate(values) if value != document_value)
         return _matched(document_value, values, wrong, style)
@@ -74,6 +74,16 @@ def misjudgement_text(document_value: str, shown_answers: Sequence[str], style: 
 def _matched(document_value: str, values: Sequence[str], verdict: str, style: str) -> str:
     """A `match` (or `list`: without the first sentence) judgement that gives `verdict` (judgement_text says what
     it is)."""
+    if style == "echo":
+        listed = ", ".join(f"{value} {position_letter(i)} [{position_letter(i)}]" for i, value in enumerate(values))
+        return f"The document says {document_value}. The answers: {listed}. The document says {document_value} {verdict} [[{verdict}]]"
+    if style == "adjacent":
+        listed = ", ".join(f"{value} {position_letter(i)}" for i, value in enumerate(values))
+        return (f"The document says {document_value}. The answers: {listed}. The document says {document_value} "
+                f"{verdict} [[{verdict}]]")
+    if style == "key":
+        listed = ", ".join(f"{value} [[{position_letter(i)}]" for i, value in enumerate(values))
+        return f"The answers: {listed}. The document says {document_value} [[{verdict}]]"
     if style == "bracket":
         listed = ", ".join(f"{value} [{position_letter(i)}]" for i, value in enumerate(values))
         return f"The answers: {listed}. The document says {document_value} [[{verdict}]]"

@@ -11,6 +11,10 @@ KERNEL_TARGETS = {"tpu_custom_call": "Mosaic TPU", "mosaic_gpu": "Mosaic GPU", "
                   "__cudnn$fmha": "cuDNN"}
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 _CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
+# FP8 matmuls (model.matmul_dtype: fp8): a cuBLASLt FP8 gemm custom call, or a gemm fusion (XLA's Triton gemm)
+# whose computation takes float8 operands.
+FP8_MATMUL = "FP8 matmul"
+_F8_GEMM_FUSION = re.compile(r"^%\S*gemm\S* \([^)]*f8e[45]m", re.M)
 _COLLECTIVE = re.compile(r"=\s*[^=\n]*?\s(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
 
 
@@ -22,6 +26,11 @@ def hlo_op_counts(hlo_text: str) -> dict:
         kind = next((v for k, v in KERNEL_TARGETS.items() if target.startswith(k)), None)
         if kind:
             counts[kind] = counts.get(kind, 0) + 1
+        if target.startswith("__cublas$lt$matmul$f8"):
+            counts[FP8_MATMUL] = counts.get(FP8_MATMUL, 0) + 1
+    fused = len(_F8_GEMM_FUSION.findall(hlo_text))
+    if fused:
+        counts[FP8_MATMUL] = counts.get(FP8_MATMUL, 0) + fused
     for op in _COLLECTIVE.findall(hlo_text):
         counts[op] = counts.get(op, 0) + 1
     return counts
