@@ -11,6 +11,7 @@ import pytest
 
 from longrm_jax.data import synthetic
 from longrm_jax.data.readers import read_records
+from longrm_jax.data.synthetic_judge import judgement_text, misjudgement_text
 from longrm_jax.data.tiny_tokenizer import TINY_JUDGE_TOKENIZER_DIR
 from longrm_jax.data.tokenize import ChatTokenizer
 from longrm_jax.evaluation.encoding import grm_prompt_ids, verdict_letter_token_ids
@@ -44,18 +45,28 @@ def test_judgements_parse_to_the_right_verdict(files):
         shown = [part.split("\n")[1] for part in user["content"].split("[The Start of Assistant ")[1:]]
         assert shown[sft["verdict"]] in document and shown[1 - sft["verdict"]] not in document
         assert shown[0].split()[:-1] == shown[1].split()[:-1]  # same key and words: only the password differs
-        # the reasoning steps quote what the prompt states: each answer's password, then the document's
+        # the reasoning steps quote what the prompt states: the document's password, each answer's with its letter
+        # echoed, then the document's again with the letter of the answer that states it, as the verdict
         values = [answer.rstrip(".").split()[-1] for answer in shown]
         letter, other = "AB"[sft["verdict"]], "AB"[1 - sft["verdict"]]
-        def steps(document_value, turned=False):  # each answer restated in the needle sentence, then the comparison
+        right_value = values[sft["verdict"]]
+        listed = f"The answers: {values[0]} A [A], {values[1]} B [B]."
+        assert sft["golden"] == (f"The document says {right_value}. {listed} The document says {right_value} "
+                                 f"{letter} [[{letter}]]")
+        # SimPO's rejected judgement quotes the same and decides the other way
+        assert wrong == f"The document says {right_value}. {listed} The document says {right_value} {other} [[{other}]]"
+
+        # the "check" style (--judgement check): each answer restated in the needle sentence, then the comparison
+        def steps(document_value, turned=False):
             return " ".join(f"Assistant {'AB'[i]}: t{answer[1:-1]}"
                             + (" as the document." if (value == document_value) != turned else ", not the document.")
                             for i, (answer, value) in enumerate(zip(shown, values)))
 
-        right_value = values[sft["verdict"]]
-        assert sft["golden"] == f"The document says {right_value}. {steps(right_value)} [[{letter}]]"
-        # SimPO's rejected judgement quotes the same and decides every comparison the wrong way
-        assert wrong == f"The document says {right_value}. {steps(right_value, turned=True)} [[{other}]]"
+        assert judgement_text(right_value, shown, "check") == (f"The document says {right_value}. "
+                                                               f"{steps(right_value)} [[{letter}]]")
+        assert misjudgement_text(right_value, shown, "check") == (f"The document says {right_value}. "
+                                                                  f"{steps(right_value, turned=True)} [[{other}]]")
+        assert parse_pairwise_verdict(misjudgement_text(right_value, shown, "check")) == right[::-1]
     verdicts = [r["verdict"] for r in _rows(files / "judge_sft_train.jsonl")]
     assert 0 < sum(verdicts) < len(verdicts)  # both positions occur
 

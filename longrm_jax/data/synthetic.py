@@ -146,10 +146,10 @@ def _write(argv: Sequence[str]) -> int:
                         "judge_{train,eval}.jsonl (GRM SimPO), pairwise rows in the evaluator's judge prompt, "
                         "verify_sft_{train,eval}.jsonl (SFT rows of the judge's verification task), and "
                         "disrm_{train,eval}.jsonl (DisRM Bradley-Terry) in the benchmark's prompt")
-    p.add_argument("--judgement", choices=JUDGEMENT_STYLES, default="check",
-                   help="how the judge's judgements reach their verdict: check (compare each answer with the "
-                        "document) or match (list the answers' passwords with their letters, then copy the letter "
-                        "after the document's)")
+    p.add_argument("--judgement", choices=JUDGEMENT_STYLES, default="echo",
+                   help="how the judge's judgements reach their verdict: echo (list the answers' passwords with "
+                        "their letters, then copy the letter after the document's password; learned in about 500 "
+                        "steps) or check (compare each answer with the document in turn; 800-1,300 steps)")
     p.add_argument("--seed", type=int, default=0, help="the same seed writes the same files")
     add_debug_flag(p)
     args = p.parse_args(argv)

@@ -15,81 +15,70 @@ from longrm_jax.data.needles import (DEFAULT_LENGTHS, answer_text, approx_token_
                                      wrong_values, write_jsonl)
 
 CHECK_SYSTEM_PROMPT = "Check the answer against the document."
-# How a judgement reaches its verdict (`judgement_text`): "check" compares each answer with the document in turn;
-# "match" lists each answer's password followed by its letter, then the document's password followed by the letter
-# that came after it in the list (a copy, as the needle LM's look-up is).
-JUDGEMENT_STYLES = ("check", "match", "list", "bracket", "key", "adjacent", "echo")
+# How a judgement reaches its verdict (`judgement_text`): "echo" (the recipe's) copies it, "check" compares each
+# answer with the document in turn.
+JUDGEMENT_STYLES = ("echo", "check")
 
-def judgement_text(document_value: str, shown_answers: Sequence[str], style: str = "check") -> str:
+
+def judgement_text(document_value: str, shown_answers: Sequence[str], style: str = "echo") -> str:
     """A pairwise judgement that reasons in short steps before the verdict `[[A]]`/`[[B]]` (upstream's format,
-    parsed by `evaluation.prompts`): the document's password first, then each answer restated in the needle
-    sentence with whether its password is the document's, then the verdict:
+    parsed by `evaluation.prompts`). `shown_answers` are the one-key answers in the order shown (`The password of
+    the blue door is quartz.`).
+
+    `style="echo"`: the document's password, the answers' passwords each followed by its letter and the letter
+    again in brackets, then the document's password once more, followed by the letter of the answer that states
+    it and that letter as the verdict:
+    `The document says quartz. The answers: orchid A [A], quartz B [B]. The document says quartz B [[B]]`.
+    Every step is a copy, and each copy is one that a needle-QA model runs already or learns from the judgement
+    itself:
+    - the document's password: the needle look-up the LM was trained for;
+    - the listed passwords: copies from the answers' fixed places in the prompt;
+    - the letter after the document's password: the letter that followed the same password in the list, an
+      induction copy, the circuit of the LM's look-up (learned where a comparison of two passwords was not);
+    - the verdict: the letter before it, a copy that the list's `A [A]` teaches twice per judgement. Without
+      the echo the judge wrote the right letter and then a verdict at chance (`quartz B. [[A]]`): at step 500,
+      87% right letters and 50% right verdicts (docs/benchmarks.md, "judgements that decide by copying").
+
+    `style="check"`: each answer restated in the needle sentence with whether its password is the document's:
     `The document says quartz. Assistant A: the password of the blue door is quartz as the document. Assistant B:
-    the password of the blue door is orchid, not the document. [[A]]`.
+    the password of the blue door is orchid, not the document. [[A]]` (learned in 800-1,300 steps, where the echo
+    judgement takes about 500).
 
-    `shown_answers` are the one-key answers in the order shown (`The password of the blue door is quartz.`). Each
-    step is one a small model learns fast: the document's password is the needle look-up of a needle-QA
-    pretrained model; the restated answer is a copy from its fixed place in the prompt; the token right after
-    its password (` as` or `,`) compares that password with the document's at the place where the needle LM
-    predicts the document's password (after `... is`), which is where a DisRM compares them too; the verdict is
-    the letter of the clause that says ` as`. (Without the restatement, `Assistant A says quartz as the
-    document.`, the comparison stayed at chance: docs/benchmarks.md, the tiny judge recipe's runs G1-G4.) Given the
-    true value it is the right judgement; given the other answer's value (SimPO's rejected), a wrong one
-    consistent with itself.
-
-    `style="match"` decides by a copy instead of a comparison: `The document says quartz. The answers: orchid A,
-    quartz B. The document says quartz B. [[B]]`. The letter after the document's password is the one that followed
-    the same password in the list: an induction copy, the circuit a needle-QA model already runs for its look-up.
+    Given the true value it is the right judgement; `misjudgement_text` is the wrong one.
     """
     values = [_answer_value(answer) for answer in shown_answers]
     verdicts = [position_letter(i) for i, value in enumerate(values) if value == document_value]
     if len(verdicts) != 1:
         raise ValueError(f"judgement_text: exactly one answer must state {document_value!r}, got {values}")
-    if style in ("match", "list", "bracket", "key", "adjacent", "echo"):
-        return _matched(document_value, values, verdicts[0], style)
+    if style == "echo":
+        return _echo_judgement(document_value, values, verdicts[0])
     steps = [_checked_answer(i, answer, document_value) for i, answer in enumerate(shown_answers)]
     return f"The document says {document_value}. " + " ".join(steps) + f" [[{verdicts[0]}]]"
 
 
-def misjudgement_text(document_value: str, shown_answers: Sequence[str], style: str = "check") -> str:
-    """The judgement of `judgement_text` with every decision turned: the same quotes (the document's password and
-    each answer), each comparison the wrong way and the other verdict:
-    `The document says quartz. Assistant A: the password of the blue door is quartz, not the document. Assistant
-    B: the password of the blue door is orchid as the document. [[B]]`.
+def misjudgement_text(document_value: str, shown_answers: Sequence[str], style: str = "echo") -> str:
+    """The judgement of `judgement_text` with every decision turned and the same quotes (the document's password
+    and each answer's): `echo`, the other letter after the document's password and as the verdict
+    (`... The document says quartz A [[A]]`); `check`, each comparison the wrong way and the other verdict
+    (`... is quartz, not the document. Assistant B: ... is orchid as the document. [[B]]`).
 
     SimPO's rejected judgement. Against the right one it differs in the decisions alone, so the preference loss
-    falls on the comparison, as a DisRM's Bradley-Terry loss does on its pairs (which learn it in a few hundred
-    steps), not on quotes that SFT has already taught; and a held-out pair is right only when the comparison is.
-    `style="match"`: the same list, the document's password followed by the other letter."""
-    if style in ("match", "list", "bracket", "key", "adjacent", "echo"):
-        values = [_answer_value(answer) for answer in shown_answers]
-        wrong = next(position_letter(i) for i, value in enumerate(values) if value != document_value)
-        return _matched(document_value, values, wrong, style)
-    steps = [_checked_answer(i, answer, document_value, turned=True) for i, answer in enumerate(shown_answers)]
-    verdict = next(position_letter(i) for i, answer in enumerate(shown_answers)
-                   if _answer_value(answer) != document_value)
-    return f"The document says {document_value}. " + " ".join(steps) + f" [[{verdict}]]"
-
-
-def _matched(document_value: str, values: Sequence[str], verdict: str, style: str) -> str:
-    """A `match` (or `list`: without the first sentence) judgement that gives `verdict` (judgement_text says what
-    it is)."""
+    falls on them, as a DisRM's Bradley-Terry loss does on its pairs, not on quotes that SFT has already taught;
+    and a held-out pair is right only when the decision is."""
+    values = [_answer_value(answer) for answer in shown_answers]
+    wrong = next(position_letter(i) for i, value in enumerate(values) if value != document_value)
     if style == "echo":
-        listed = ", ".join(f"{value} {position_letter(i)} [{position_letter(i)}]" for i, value in enumerate(values))
-        return f"The document says {document_value}. The answers: {listed}. The document says {document_value} {verdict} [[{verdict}]]"
-    if style == "adjacent":
-        listed = ", ".join(f"{value} {position_letter(i)}" for i, value in enumerate(values))
-        return (f"The document says {document_value}. The answers: {listed}. The document says {document_value} "
-                f"{verdict} [[{verdict}]]")
-    if style == "key":
-        listed = ", ".join(f"{value} [[{position_letter(i)}]" for i, value in enumerate(values))
-        return f"The answers: {listed}. The document says {document_value} [[{verdict}]]"
-    if style == "bracket":
-        listed = ", ".join(f"{value} [{position_letter(i)}]" for i, value in enumerate(values))
-        return f"The answers: {listed}. The document says {document_value} [[{verdict}]]"
-    listed = ", ".join(f"{value} {position_letter(i)}" for i, value in enumerate(values))
-    first = f"The document says {document_value}. " if style == "match" else ""
-    return f"{first}The answers: {listed}. The document says {document_value} {verdict}. [[{verdict}]]"
+        return _echo_judgement(document_value, values, wrong)
+    steps = [_checked_answer(i, answer, document_value, turned=True) for i, answer in enumerate(shown_answers)]
+    return f"The document says {document_value}. " + " ".join(steps) + f" [[{wrong}]]"
+
+
+def _echo_judgement(document_value: str, values: Sequence[str], verdict: str) -> str:
+    """The `echo` judgement of the answers' passwords `values` (in the order shown) that gives `verdict`."""
+    listed = ", ".join(f"{value} {letter} [{letter}]" for letter, value in
+                       ((position_letter(i), value) for i, value in enumerate(values)))
+    return (f"The document says {document_value}. The answers: {listed}. The document says {document_value} "
+            f"{verdict} [[{verdict}]]")
 
 
 def _checked_answer(position: int, answer: str, document_value: str, turned: bool = False) -> str:
@@ -108,7 +97,7 @@ def _answer_value(answer: str) -> str:
 
 
 def judge_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int = 0,
-               count_tokens: Callable[[str], int] | None = None, style: str = "check") -> list[dict[str, dict]]:
+               count_tokens: Callable[[str], int] | None = None, style: str = "echo") -> list[dict[str, dict]]:
     """`n` pairwise needle rows, each in three training formats; context lengths cycle through `lengths`.
 
     `seed` names the random stream (a string, so no stream is another's: the benchmark's are other names).
@@ -169,7 +158,7 @@ def verify_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int 
 
 def write_judge_files(out_dir: str, num_train: int = 2000, num_eval: int = 200, seed: int = 0,
                       lengths: Sequence[int] = DEFAULT_LENGTHS, num_distractors: int = 0,
-                      count_tokens: Callable[[str], int] | None = None, style: str = "check") -> dict[str, str]:
+                      count_tokens: Callable[[str], int] | None = None, style: str = "echo") -> dict[str, str]:
     """Write, per split (`train`, `eval`), the reward-model training files of one stream of pairwise rows:
     `judge_sft_{split}.jsonl` (upstream SFT rows: GRM stage 1), `judge_{split}.jsonl` (upstream preference rows
     of judgements: GRM stage 2 SimPO, and the judge's held-out pairs) and `disrm_{split}.jsonl` (preference
