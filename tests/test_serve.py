@@ -81,10 +81,11 @@ class Server:
         return code
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen3"])
+@pytest.fixture(scope="module", params=["llama", "qwen3", "gemma3"])
 def disrm(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(f"rm_{request.param}")
-    make_tiny_model_dir(path, request.param, "classifier", layers=1)
+    # Gemma 3: a sliding-window layer and a full one (the texts run past its window of 8)
+    make_tiny_model_dir(path, request.param, "classifier", layers=2 if request.param == "gemma3" else 1)
     server = Server(path, "--model-path", str(path), "--is-disrm", "--set", "max_length=256",
                     "--max-delay-ms", "20")
     yield str(path), server

@@ -20,7 +20,9 @@ def tiny_hf_config(family: str = "llama", head: str = "causal_lm", *, rope: str 
                    tied: bool = False, num_labels: int = 1, pad_token_id: int | None = 0, vocab_size: int = 256,
                    hidden_size: int = 64, layers: int = 2, heads: int = 4, head_dim: int | None = None,
                    rope_theta: float = 10000.0, **extra):
-    """A transformers ``LlamaConfig`` / ``Qwen3Config`` of a tiny model (hidden 64, 2 layers, vocab 256)."""
+    """A transformers ``LlamaConfig`` / ``Qwen3Config`` / ``Gemma3TextConfig`` of a tiny model (hidden 64, 2 layers,
+    vocab 256). Gemma 3: one sliding layer (window 8) then a full one, each with its own RoPE, as Gemma 3 mixes
+    them; the RoPE case applies to the full-attention layers."""
     import transformers
 
     rope_parameters = {"rope_theta": rope_theta, **ROPE_CASES[rope]}
@@ -35,6 +37,12 @@ def tiny_hf_config(family: str = "llama", head: str = "causal_lm", *, rope: str 
     if family == "qwen3":
         kwargs["head_dim"] = head_dim or 24  # deliberately != hidden / heads: Qwen3's independent head_dim
         config_cls = transformers.Qwen3Config
+    elif family == "gemma3":
+        kwargs.update(head_dim=head_dim or 16, query_pre_attn_scalar=24, sliding_window=8,
+                      layer_types=["sliding_attention", "full_attention"] * (layers // 2) + ["sliding_attention"] * (layers % 2),
+                      rope_parameters={"full_attention": rope_parameters,
+                                       "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+        config_cls = transformers.Gemma3TextConfig
     else:
         if head_dim:
             kwargs["head_dim"] = head_dim
@@ -51,7 +59,7 @@ def tiny_hf_model(config, head: str = "causal_lm", seed: int = 0):
     import torch
     import transformers
 
-    family = "Qwen3" if config.model_type == "qwen3" else "Llama"
+    family = {"qwen3": "Qwen3", "gemma3_text": "Gemma3Text"}.get(config.model_type, "Llama")
     suffix = "ForCausalLM" if head == "causal_lm" else "ForSequenceClassification"
     cls = getattr(transformers, family + suffix)
     torch.manual_seed(seed)
