@@ -69,3 +69,19 @@ def test_training_setting_reaches_the_model():
                        num_heads=4, num_kv_heads=4, head_dim=16)
     assert with_training_numerics(mcfg, load_config(None, ["model.matmul_dtype=fp8"])).matmul_dtype == "fp8"
     assert with_training_numerics(mcfg, load_config(None, [])).matmul_dtype == "compute"
+
+
+def test_fp8_forward_keeps_the_gradients_of_the_compute_dtype():
+    """``fp8_forward``: the forward rounded as ``fp8``'s, the gradients those of the unrounded product (a loss
+    linear in the output has the same gradients exactly), and no float8_e5m2 in the program."""
+    x = jax.random.normal(jax.random.key(6), (2, 8, 64))
+    w = jax.random.normal(jax.random.key(7), (64, 32)) * 0.1
+    c = jax.random.normal(jax.random.key(8), (2, 8, 32))
+    linear = lambda fn: (lambda x, w: jnp.sum(fn(x, w) * c))
+    got = jax.grad(linear(lambda x, w: fp8_projection(x, w, 1, "fp8_forward")), argnums=(0, 1))(x, w)
+    want = jax.grad(linear(lambda x, w: jnp.einsum("btd,df->btf", x, w)), argnums=(0, 1))(x, w)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(fp8_projection(x, w, 1, "fp8_forward"), fp8_projection(x, w, 1, "fp8"))
+    program = jax.jit(jax.value_and_grad(linear(lambda x, w: fp8_projection(x, w, 1, "fp8_forward")))).lower(x, w).as_text()
+    assert "f8E4M3FN" in program and "f8E5M2" not in program

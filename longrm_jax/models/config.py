@@ -37,8 +37,9 @@ LAYER_TYPES = ("full_attention", "sliding_attention")
 HIDDEN_ACTS = ("silu", "gelu_pytorch_tanh")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 DECODE_ATTENTION_IMPLS = ("xla", "pallas", "pallas_interpret")
-# ModelConfig.matmul_dtype: the weights' projections in the compute dtype, or in FP8 (ops.fp8_matmul).
-MATMUL_DTYPES = ("compute", "fp8")
+# ModelConfig.matmul_dtype: the weights' projections in the compute dtype, in FP8 both ways, or in FP8 forward
+# only (ops.fp8_matmul).
+MATMUL_DTYPES = ("compute", "fp8", "fp8_forward")
 REMAT_POLICIES = ("none", "full", "dots_saveable", "save_attention_out", "offload_layer_inputs",
                   "offload_layer_inputs_and_attention")
 HEADS = ("causal_lm", "classifier")
@@ -98,7 +99,8 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype
     param_dtype: str = "float32"
     # "compute": the weights' projections run in ``dtype``; "fp8": in FP8 with current scaling, e4m3 forward and
-    # e5m2 gradients (ops.fp8_matmul). Attention, norms and heads stay in ``dtype``.
+    # e5m2 gradients; "fp8_forward": the forward in FP8, the gradients in ``dtype`` (ops.fp8_matmul). Attention,
+    # norms and heads stay in ``dtype``.
     matmul_dtype: str = "compute"
     remat: str = "none"  # one of REMAT_POLICIES
     # Run each layer's MLP on token chunks of at most this many tokens (0: whole rows), each chunk recomputed in

@@ -91,9 +91,11 @@ def _cast(p: dict, dtype) -> dict:
 
 def project(spec: str, x: jax.Array, w: jax.Array, cfg: ModelConfig) -> jax.Array:
     """A weight's projection ``jnp.einsum(spec, x, w)``, where ``w`` contracts ``x``'s trailing axes with its
-    leading ones; under ``cfg.matmul_dtype == "fp8"`` the same contraction in FP8 (``ops.fp8_matmul``)."""
-    if cfg.matmul_dtype == "fp8":
-        return fp8_projection(x, w, len(set(spec.split(",")[0]) & set(spec.split(",")[1].split("->")[0])))
+    leading ones; under ``cfg.matmul_dtype`` "fp8" or "fp8_forward" the same contraction in FP8
+    (``ops.fp8_matmul``)."""
+    if cfg.matmul_dtype != "compute":
+        contracted = len(set(spec.split(",")[0]) & set(spec.split(",")[1].split("->")[0]))
+        return fp8_projection(x, w, contracted, cfg.matmul_dtype)
     return jnp.einsum(spec, x, w)
 
 

@@ -34,9 +34,10 @@ class ModelSection:
     head: str = choice("auto", ("auto", "causal_lm", "classifier"))
     compute_dtype: str = choice("float32", ("float32", "bfloat16"))  # activations / matmuls; bfloat16 on accelerators
     param_dtype: str = choice("float32", ("float32", "bfloat16"))  # master weights and optimizer state
-    # The weights' projections (q/k/v/o, MLP; LoRA's frozen base path): "compute" (compute_dtype) or "fp8" (FP8
-    # with current scaling: e4m3 forward, e5m2 gradients; ModelConfig.matmul_dtype, ops.fp8_matmul). Attention,
-    # norms, heads, the loss and the optimizer stay as they are. MFU stays counted against the bf16 peak.
+    # The weights' projections (q/k/v/o, MLP; LoRA's frozen base path): "compute" (compute_dtype), "fp8" (FP8 with
+    # current scaling: e4m3 forward, e5m2 gradients) or "fp8_forward" (the forward in FP8, the gradients in
+    # compute_dtype); ModelConfig.matmul_dtype, ops.fp8_matmul. Attention, norms, heads, the loss and the optimizer
+    # stay as they are. MFU stays counted against the bf16 peak.
     matmul_dtype: str = choice("compute", MATMUL_DTYPES)
     # ModelConfig.remat (none, full, dots_saveable, save_attention_out, offload_layer_inputs,
     # offload_layer_inputs_and_attention) or "auto": the fastest of none, save_attention_out, full and then the

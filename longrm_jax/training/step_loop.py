@@ -113,8 +113,9 @@ class StepLoop:
         """(final state, steps done); the iterator and checkpointer are closed however it ends."""
         cfg, total_steps = self.cfg, self.inputs.total_steps
         self.peak = peak_flops(list(self.inputs.mesh.devices.flat))
-        if self.peak and cfg.model.matmul_dtype == "fp8":
-            log_line("model.matmul_dtype=fp8: mfu is bf16-equivalent (the step's FLOPs against the bf16 peak)")
+        if self.peak and cfg.model.matmul_dtype != "compute":
+            log_line(f"model.matmul_dtype={cfg.model.matmul_dtype}: mfu is bf16-equivalent (the step's FLOPs "
+                     "against the bf16 peak)")
         self.lora = LoraFlops.of(state.params) if state.frozen else None  # a frozen base: no weight gradients
         self.last_saved = self.regular_saved = self.start  # regular: by checkpoint.every or at the end
         self.show_bar = cfg.progress if cfg.progress is not None else sys.stderr.isatty()

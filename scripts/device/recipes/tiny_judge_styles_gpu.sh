@@ -1,10 +1,10 @@
 # The tiny judge's SFT per judgement style (data.synthetic --judgement) x seed side by side on the lent GPU, from needle LMs trained in the same call
-# STYLES (default "check match list"), SEEDS (default "0 1 2"), LM_STEPS (500, the shipped config), SFT_STEPS (600,
+# STYLES (default "echo check"), SEEDS (default "0 1 2"), LM_STEPS (500, the shipped config), SFT_STEPS (600,
 # judged every 100), STAGE_S (each process's limit, default 300). Writes $OUT/summary.txt: per style and seed, the
 # verdicts over both orders every 100 steps (step:accuracy(unparsable)) and the held-out log-prob figure.
 source scripts/device/common_min.sh
 SEEDS=${SEEDS:-0 1 2}
-STYLES=${STYLES:-check match list}
+STYLES=${STYLES:-echo check}
 export JAX_PLATFORMS=cuda PYTHON=python3
 for st in $STYLES; do
   python3 -m longrm_jax.data.synthetic --out data/tiny_judge_$st --judge --judgement $st --lengths 32,64,128 \

@@ -8,7 +8,7 @@ VARIANTS=${VARIANTS:-base b4 b2 b4_lr5e3 check_b4}
 DATA=data/tiny_judge
 CHECK="--set data.sources=[$DATA/sft_train.jsonl,$DATA/verify_sft_train.jsonl]"
 W128="--set model.overrides.hidden_size=128 --set model.overrides.intermediate_size=256 --set model.overrides.num_heads=8 --set model.overrides.num_kv_heads=4"
-declare -A SETS=([base]="" [w128]="$W128" [b4]="--set data.batch_rows=4" [check]="$CHECK" [check_w128]="$CHECK $W128"
+declare -A SETS=([base]="" [fp8]="--set model.matmul_dtype=fp8" [w128]="$W128" [b4]="--set data.batch_rows=4" [check]="$CHECK" [check_w128]="$CHECK $W128"
                  [lr5e3]="--set optim.lr=5.0e-3 --set optim.warmup_ratio=0.05" [b4_w128]="--set data.batch_rows=4 $W128" [b2]="--set data.batch_rows=2" [b4_lr5e3]="--set data.batch_rows=4 --set optim.lr=5.0e-3 --set optim.warmup_ratio=0.05" [check_b4]="$CHECK --set data.batch_rows=4")
 export JAX_PLATFORMS=cuda PYTHON=python3
 python3 -m longrm_jax.data.synthetic --out $DATA --judge --lengths 32,64,128 --num-train 8000 --num-eval 64 \
