@@ -7,7 +7,7 @@ import pytest
 import torch  # the test extra installs it: a broken install fails the run, never skips
 
 from longrm_jax import load_pretrained  # noqa: E402
-from longrm_jax.evaluation.grm.continuous import memory_plan, slots_from_memory  # noqa: E402
+from longrm_jax.evaluation.grm.continuous import memory_plan, memory_slots  # noqa: E402
 from longrm_jax.evaluation.grm.generation import GreedyGenerator  # noqa: E402
 from helpers.tiny_checkpoint import make_tiny_model_dir  # noqa: E402
 
@@ -74,7 +74,7 @@ def test_continuous_matches_generate_with_refills(causal_lm):
         np.testing.assert_allclose(ours.letter_logprobs, theirs.letter_logprobs, rtol=1e-4, atol=1e-5)
 
 
-def test_slots_from_memory(causal_lm):
+def test_slots_fit_next_to_the_weights(causal_lm):
     path, _ = causal_lm
     model = load_pretrained(path, dtype="float32")
     plan = memory_plan(model, 1000, 1 << 30)
@@ -83,7 +83,7 @@ def test_slots_from_memory(causal_lm):
     assert more["slots"] >= plan["slots"]
     assert memory_plan(model, 1000, plan["weights"])["slots"] == 1  # nothing left: one slot, flagged
     assert not memory_plan(model, 1000, plan["weights"])["fits"]
-    assert slots_from_memory(model, 1000, memory_bytes=1 << 30) == plan["slots"]
+    assert memory_slots(model, 1000, memory_bytes=1 << 30)[0] == plan["slots"]
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from longrm_jax.models.config import ModelConfig
 from longrm_jax.models.heads import build_model
 from longrm_jax.training import lora
 from longrm_jax.training.memory_plan import GiB, MemoryPlanError, choose
-from longrm_jax.training.remat_candidates import AUTO_REMAT_ORDER, parse_candidate
+from longrm_jax.training.remat_candidates import AUTO_REMAT_ORDER, RematCandidate
 from longrm_jax.training.params import ParamCodec
 from longrm_jax.training.telemetry import LoraFlops, step_flops
 
@@ -167,8 +167,9 @@ def _fake(figures):
 def test_memory_plan_picks_the_tiled_mlp_when_nothing_else_fits():
     chosen, _, _, tried = choose(_fake(ONLY_TILED), AUTO_REMAT_ORDER, int(75 * GiB), int(96 * GiB))
     assert chosen.name == "offload_layer_inputs+tiled_mlp" and len(tried) == len(AUTO_REMAT_ORDER)
-    assert parse_candidate(chosen, 0) == ("offload_layer_inputs", 8192)
-    assert parse_candidate("full", 0) == ("full", 0) and parse_candidate("full+tiled_mlp", 4096) == ("full", 4096)
+    assert (chosen.policy, chosen.mlp_chunk_tokens(0)) == ("offload_layer_inputs", 8192)
+    full, tiled = RematCandidate.parse("full"), RematCandidate.parse("full+tiled_mlp")
+    assert (full.policy, full.mlp_chunk_tokens(0)) == ("full", 0) and tiled.mlp_chunk_tokens(4096) == 4096
     # Tiling on the device comes before any offloading.
     assert choose(_fake(ONLY_TILED), AUTO_REMAT_ORDER, int(95 * GiB), int(96 * GiB))[0].name == "full+tiled_mlp"
     with pytest.raises(MemoryPlanError, match="model.mlp_chunk_tokens=8192"):

@@ -96,12 +96,13 @@ def test_partial_offload_candidate_keeps_the_host_within_budget_and_the_rest_on_
     layer offloaded (compiled: 55.6 GiB on the device, 128 GiB pinned) against a 96 GiB host budget: the first
     24 of 32 layers offload (96 GiB), the other 8 (32 GiB) go to the device (87.6 <= 133 GiB)."""
     from longrm_jax.training.memory_plan import GiB, ProgramMemory, partial_offload_candidate
-    from longrm_jax.training.remat_candidates import RematCandidate, split_offloaded
+    from longrm_jax.training.remat_candidates import RematCandidate
 
     programs = [ProgramMemory("gradients", 0, 0, 0, 0, int(55.6 * GiB), int(128 * GiB))]
     args = (RematCandidate("offload_layer_inputs", tiled_mlp=True), programs, 32)
     assert partial_offload_candidate(*args, int(133 * GiB), int(96 * GiB), 0).name == "offload_layer_inputs+tiled_mlp@24"
-    assert split_offloaded("offload_layer_inputs+tiled_mlp@24") == ("offload_layer_inputs+tiled_mlp", 24)
+    parsed = RematCandidate.parse("offload_layer_inputs+tiled_mlp@24")
+    assert (parsed.policy, parsed.tiled_mlp, parsed.offloaded_layers) == ("offload_layer_inputs", True, 24)
     # 32 GiB of moments kept on the host (optim.offload_state) stay there: 96 GiB of activations, 3 per layer.
     assert partial_offload_candidate(*args, int(133 * GiB), int(96 * GiB), 32 * GiB).name.endswith("@21")  # 64 / 3
     # No candidate where the device has no room for the rest, where the host was not what was short, or for an

@@ -55,15 +55,3 @@ class RematCandidate:
 AUTO_REMAT_ORDER = tuple(RematCandidate(policy, tiled) for policy, tiled in (
     ("none", False), ("save_attention_out", False), ("save_attention_out", True), ("full", False), ("full", True),
     ("offload_layer_inputs_and_attention", False), ("offload_layer_inputs", False), ("offload_layer_inputs", True)))
-
-
-def split_offloaded(candidate: str) -> tuple[str, int | None]:
-    """(a candidate's name without ``@N``, N or None)."""
-    parsed = RematCandidate.parse(str(candidate))
-    return dataclasses.replace(parsed, offloaded_layers=None).name, parsed.offloaded_layers
-
-
-def parse_candidate(candidate: str, mlp_chunk_tokens: int) -> tuple[str, int]:
-    """(remat policy, mlp_chunk_tokens) of a candidate's name; ``mlp_chunk_tokens``: the configured value."""
-    parsed = RematCandidate.parse(str(candidate))
-    return parsed.policy, parsed.mlp_chunk_tokens(mlp_chunk_tokens)

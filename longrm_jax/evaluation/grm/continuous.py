@@ -339,8 +339,3 @@ def memory_slots(model, columns: int, *, memory_bytes: int | None = None) -> tup
     return plan["slots"], describe_plan(plan)
 
 
-def slots_from_memory(model, columns: int, *, memory_bytes: int | None = None) -> int:
-    """Slots of ``columns`` cache columns that fit next to the weights (see :func:`memory_slots`); logged."""
-    slots, why = memory_slots(model, columns, memory_bytes=memory_bytes)
-    logger.info("GRM slots from memory (%d cache columns): %s", columns, why)
-    return slots

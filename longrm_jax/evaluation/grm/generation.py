@@ -160,7 +160,7 @@ class GreedyGenerator:
     Two schedules, same outputs: ``continuous=True`` (default on one device) keeps a fixed number of slots
     busy, refilling a finished row with the next prompt (:mod:`longrm_jax.evaluation.grm.continuous`), its slot
     count ``batch_size`` or, when that is None, chosen from the device's memory
-    (:func:`longrm_jax.evaluation.grm.continuous.slots_from_memory`; ``memory_bytes`` overrides the device's
+    (:func:`longrm_jax.evaluation.grm.continuous.memory_slots`; ``memory_bytes`` overrides the device's
     limit); ``decode_chunk`` decode steps run per host round trip. ``continuous=False`` (and any mesh of
     more than one device) runs static batches of ``batch_size`` rows (4 when None) per length bucket, capped
     by ``max_batch_tokens``, each decoded until its last row is done.

@@ -1,4 +1,4 @@
-"""One-line messages that name what is wrong (issue 29 item 12): a tokenizer directory that holds no usable
+"""One-line messages that name what is wrong: a tokenizer directory that holds no usable
 tokenizer, a data file that does not exist, format detection that needs ``--format``, a benchmark row without
 ``tasktype``; and the README's inspect example, which must work in a fresh clone."""
 
