@@ -5,8 +5,9 @@ The rule: each operand is quantized to float8_e4m3fn with *current* scaling (the
 values, per row of the activation and per output channel of the weight, so no scale history is carried between
 steps); the product runs as an FP8 x FP8 dot with a float32 accumulator, and the scales multiply its output. In the
 backward the incoming gradient is quantized to float8_e5m2 (its wider range) the same way, and both gradient dots
-run in FP8 against the forward's quantized operands ("fp8_forward": only the forward). On a Hopper GPU XLA lowers these dots to cuBLASLt FP8 gemms; a
-CPU runs them in a wider type with the same rounding of the inputs.
+run in FP8 against the forward's quantized operands ("fp8_forward": the forward alone). On a Hopper GPU XLA
+compiles these dots to FP8 gemms (cuBLASLt's, or its own Triton gemm fusions); a CPU runs them in a wider type
+with the same rounding of the inputs.
 
 What stays in the compute dtype: norms, RoPE, attention (its two matmuls and the softmax), the LoRA branch, the
 heads, the loss and the optimizer. Only the weights' projections (q/k/v/o and the MLP) change.

@@ -39,7 +39,7 @@ def tiny_hf_config(family: str = "llama", head: str = "causal_lm", *, rope: str 
         config_cls = transformers.Qwen3Config
     elif family == "gemma3":
         kwargs.update(head_dim=head_dim or 16, query_pre_attn_scalar=24, sliding_window=8,
-                      layer_types=["sliding_attention", "full_attention"] * (layers // 2) + ["sliding_attention"] * (layers % 2),
+                      layer_types=(["sliding_attention", "full_attention"] * layers)[:layers],
                       rope_parameters={"full_attention": rope_parameters,
                                        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
         config_cls = transformers.Gemma3TextConfig
