@@ -75,8 +75,7 @@ def misjudgement_text(document_value: str, shown_answers: Sequence[str], style: 
 
 def _echo_judgement(document_value: str, values: Sequence[str], verdict: str) -> str:
     """The `echo` judgement of the answers' passwords `values` (in the order shown) that gives `verdict`."""
-    listed = ", ".join(f"{value} {letter} [{letter}]" for letter, value in
-                       ((position_letter(i), value) for i, value in enumerate(values)))
+    listed = ", ".join(f"{value} {position_letter(i)} [{position_letter(i)}]" for i, value in enumerate(values))
     return (f"The document says {document_value}. The answers: {listed}. The document says {document_value} "
             f"{verdict} [[{verdict}]]")
 
