@@ -137,3 +137,18 @@ def test_verification_rows_check_one_answer_against_the_document(files):
         decision = " as the document." if row["candidate_is_right"] else ", not the document."
         assert row["golden"] == f"The document says {document_value}. Assistant A: {restated}{decision}"
     assert 0 < sum(r["candidate_is_right"] for r in rows) < len(rows)
+
+
+def test_lookup_rows_ask_the_letter_that_follows_a_password(files):
+    rows = _rows(files / "lookup_sft_train.jsonl")
+    for row in rows:
+        (user,) = row["chat_template"]
+        listed, question = user["content"].removeprefix("Pairs: ").split(".\n\nQuestion: Which letter follows ")
+        pairs = [pair.split(" ") for pair in listed.split(", ")]
+        asked = question.removesuffix("?")
+        assert 2 <= len(pairs) == row["pairs"] <= 4 and len({p for p, _ in pairs}) == len(pairs)
+        assert all(letter in ("A", "B") for _, letter in pairs)
+        assert row["golden"] == f"{asked} {dict(pairs)[asked]}"
+    letters = [row["golden"][-1] for row in rows]
+    assert 0.3 < letters.count("A") / len(letters) < 0.7
+    assert _rows(files / "lookup_sft_eval.jsonl") != rows[:len(_rows(files / "lookup_sft_eval.jsonl"))]

@@ -144,7 +144,8 @@ def _write(argv: Sequence[str]) -> int:
     p.add_argument("--judge", action="store_true",
                    help="also write judge training files: judge_sft_{train,eval}.jsonl (GRM SFT) and "
                         "judge_{train,eval}.jsonl (GRM SimPO), pairwise rows in the evaluator's judge prompt, "
-                        "verify_sft_{train,eval}.jsonl (SFT rows of the judge's verification task), and "
+                        "verify_sft_{train,eval}.jsonl (SFT rows of the judge's verification task), "
+                        "lookup_sft_{train,eval}.jsonl (letters looked up by password, for the needle LM) and "
                         "disrm_{train,eval}.jsonl (DisRM Bradley-Terry) in the benchmark's prompt")
     p.add_argument("--judgement", choices=JUDGEMENT_STYLES, default="echo",
                    help="how the judge's judgements reach their verdict: echo (list the answers' passwords with "

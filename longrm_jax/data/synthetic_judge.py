@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from longrm_jax.data.judge_prompts import (judge_messages, judge_system_prompt, judge_user_prompt, position_letter,
                                            task_prompt_text)
-from longrm_jax.data.needles import (DEFAULT_LENGTHS, answer_text, approx_token_count, bench_row,
+from longrm_jax.data.needles import (DEFAULT_LENGTHS, VALUES, answer_text, approx_token_count, bench_row,
                                      corpus_for_tokenizer, default_token_counter, length_label, make_needle_sample,
                                      wrong_values, write_jsonl)
 
@@ -155,13 +155,36 @@ def verify_rows(n: int, seed: str, lengths: Sequence[int], num_distractors: int 
     return rows
 
 
+def lookup_rows(n: int, seed: str, values: Sequence[str] = VALUES) -> list[dict]:
+    """`n` short SFT rows that look a letter up by a password, as the echo judgement's last copy does (the letter
+    that followed the document's password in its list of answers):
+    user `Pairs: sparrow B, quartz A.\n\nQuestion: Which letter follows quartz?`, target `quartz A`.
+
+    2-4 distinct passwords per row, each followed by A or B drawn at random (so a letter never tells which
+    password is asked; the same letter may follow two of them), the asked one drawn uniformly. The needle LM's own
+    rows only look things up by a key (`... vault is`); blended into its pretraining, these teach the look-up
+    keyed by a password before the judge's SFT needs it (docs/training.md, "The tiny recipe")."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        shown = rng.sample(list(values), rng.randint(2, 4))
+        letters = [rng.choice("AB") for _ in shown]
+        asked = rng.randrange(len(shown))
+        pairs = ", ".join(f"{value} {letter}" for value, letter in zip(shown, letters))
+        rows.append({"chat_template": [{"role": "user", "content": f"Pairs: {pairs}.\n\nQuestion: Which letter "
+                                                                   f"follows {shown[asked]}?"}],
+                     "golden": f"{shown[asked]} {letters[asked]}", "pairs": len(shown)})
+    return rows
+
+
 def write_judge_files(out_dir: str, num_train: int = 2000, num_eval: int = 200, seed: int = 0,
                       lengths: Sequence[int] = DEFAULT_LENGTHS, num_distractors: int = 0,
                       count_tokens: Callable[[str], int] | None = None, style: str = "echo") -> dict[str, str]:
     """Write, per split (`train`, `eval`), the reward-model training files of one stream of pairwise rows:
     `judge_sft_{split}.jsonl` (upstream SFT rows: GRM stage 1), `judge_{split}.jsonl` (upstream preference rows
     of judgements: GRM stage 2 SimPO, and the judge's held-out pairs) and `disrm_{split}.jsonl` (preference
-    rows of answers in the benchmark's prompt: DisRM Bradley-Terry). `style`: how judgements decide
+    rows of answers in the benchmark's prompt: DisRM Bradley-Terry), `verify_sft_{split}.jsonl` (`verify_rows`) and
+    `lookup_sft_{split}.jsonl` (`lookup_rows`: look-ups by password for the needle LM). `style`: how judgements decide
     (`JUDGEMENT_STYLES`, `judgement_text`).
 
     Their random streams differ from every `write_long_rewardbench` stream, so a benchmark written with any seed
@@ -178,6 +201,8 @@ def write_judge_files(out_dir: str, num_train: int = 2000, num_eval: int = 200, 
         paths[f"verify_sft_{split}"] = os.path.join(out_dir, f"verify_sft_{split}.jsonl")
         write_jsonl(paths[f"verify_sft_{split}"], verify_rows(n, f"verify-{split}:{seed}", lengths, num_distractors,
                                                                count_tokens))
+        paths[f"lookup_sft_{split}"] = os.path.join(out_dir, f"lookup_sft_{split}.jsonl")
+        write_jsonl(paths[f"lookup_sft_{split}"], lookup_rows(n, f"lookup-{split}:{seed}"))
     return paths
 
 
