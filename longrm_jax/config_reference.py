@@ -5,7 +5,7 @@
     python -m longrm_jax.config_reference --check    # exit 1 when docs/config.md is not what this writes
 
 A config key's type and default come from its dataclass field (``training.config_schema``,
-``training.mesh_config``), its range or choices from what the field declares (``training.config_rules``: the
+``training.mesh_config``), its range or choices from what the field declares (``config_rules``: the
 rules ``TrainConfig.validate`` enforces), and its meaning from the first sentence of its comment in the source: the
 block of ``#`` lines right above the field, else the comment beside it. A CLI flag's default and meaning come from
 its argparse parser (``help``'s first sentence). tests/test_config_reference.py fails when docs/config.md is stale.
@@ -28,7 +28,7 @@ from longrm_jax.cli_support import cli_parser
 from longrm_jax.data import inspect_data
 from longrm_jax.evaluation import cli_args
 from longrm_jax.schema_flags import field_comments, first_sentence  # noqa: F401 - also this module's names
-from longrm_jax.training.config_rules import RULE
+from longrm_jax.config_rules import RULE
 from longrm_jax.training.config_schema import TrainConfig
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "config.md"

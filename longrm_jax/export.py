@@ -19,7 +19,7 @@ import tempfile
 from typing import Any
 
 from longrm_jax.cli_support import InputError, add_debug_flag, cli_parser, run_cli, silence_absl_warnings
-from longrm_jax.training.config_rules import check_flat, choice
+from longrm_jax.config_rules import check_flat, choice
 
 # HF loading and saving, the models and orbax are imported inside the functions that use them, so that `--help` and
 # a refused flag answer without loading them.

@@ -17,7 +17,7 @@ import tokenize
 import typing
 
 from longrm_jax.training.config import ConfigError, load_config
-from longrm_jax.training.config_rules import RULE
+from longrm_jax.config_rules import RULE
 
 # Words whose period ends no sentence.
 _ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "vs.", "cf.")

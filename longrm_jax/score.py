@@ -21,7 +21,7 @@ from longrm_jax.cli_support import (InputError, add_debug_flag, cli_parser, conf
                                     silence_absl_warnings)
 from longrm_jax.data.records import DataError, chat_messages_problem
 from longrm_jax.data.tokenize import UPSTREAM_MAX_LENGTH
-from longrm_jax.training.config_rules import check_flat, choice, ranged
+from longrm_jax.config_rules import check_flat, choice, ranged
 
 
 DESCRIPTION = ("Score responses with a discriminative reward model (a ...ForSequenceClassification checkpoint "

@@ -7,7 +7,7 @@ import pytest
 
 from longrm_jax import config_reference
 from longrm_jax.training.config import ConfigError, load_config
-from longrm_jax.training.config_rules import Choice, Range, declared_rules, leaf_fields
+from longrm_jax.config_rules import Choice, Range, declared_rules, leaf_fields
 from longrm_jax.training.config_schema import TrainConfig
 
 RULES = declared_rules(TrainConfig)

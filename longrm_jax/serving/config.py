@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from longrm_jax.evaluation.encoding import UPSTREAM_MAX_LENGTH
-from longrm_jax.training.config_rules import check_flat, choice, ranged
+from longrm_jax.config_rules import check_flat, choice, ranged
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 ``training.config`` loads YAML into these (every key checked, values coerced to the declared types, ``--set``
 overrides) and writes them back. Each key's meaning is the comment above it (else beside it), and its range or
-choices are declared with it (``training.config_rules``: ``ranged``, ``choice``); docs/config.md is generated
+choices are declared with it (``config_rules``: ``ranged``, ``choice``); docs/config.md is generated
 from both (``python -m longrm_jax.config_reference --write``).
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from longrm_jax.data.tokenize import RESPONSE_ENDS
 from longrm_jax.models.config import MATMUL_DTYPES, REMAT_POLICIES, ModelConfig
-from longrm_jax.training.config_rules import ConfigError, choice, out_of_range, ranged
+from longrm_jax.config_rules import ConfigError, choice, out_of_range, ranged
 from longrm_jax.training.mesh_config import MeshSection, mesh_problem
 
 # checkpoint.on_corrupt: what --resume does when its newest step cannot be read (training.checkpoint_check).

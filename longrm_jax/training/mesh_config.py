@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from longrm_jax.training.config_rules import ranged
+from longrm_jax.config_rules import ranged
 
 # The mesh's axes, by name (parallel.mesh.make_mesh's).
 MESH_AXES = ("data", "fsdp", "seq", "tensor")
