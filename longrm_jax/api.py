@@ -33,13 +33,13 @@ import os
 import numpy as np
 
 from longrm_jax.data.records import chat_messages_problem
-from longrm_jax.evaluation.cli_args import setting_problem
+from longrm_jax.evaluation.config import EvalConfig, setting_problem
 from longrm_jax.evaluation.encoding import (UPSTREAM_MAX_LENGTH, ModelDirError, disrm_sequences_batch, grm_prompt_ids,
                                             load_chat_tokenizers, verdict_letter_token_ids)
 from longrm_jax.evaluation.grm.generator import make_generator
 from longrm_jax.evaluation.judging import grm_prediction
 from longrm_jax.evaluation.metrics import BEST_OF_N, PAIRWISE, preferred_answer_order
-from longrm_jax.evaluation.runner import EvalConfig, build_mesh, load_model, resolve_dtype
+from longrm_jax.evaluation.runner import build_mesh, load_model, resolve_dtype
 from longrm_jax.evaluation.samples import EvalSample
 from longrm_jax.evaluation.scoring import DisRMScorer
 from longrm_jax.hf.load import read_hf_config
@@ -81,7 +81,7 @@ def _strings(value: Any, what: str) -> list[str]:
 
 
 def _check_settings(**settings) -> None:
-    """The evaluator's rule for each setting (``evaluation.cli_args.setting_problem``: what evaluate's flags
+    """The evaluator's rule for each setting (``evaluation.config.setting_problem``: what evaluate's flags
     refuse), as a ValueError naming the argument."""
     for name, value in settings.items():
         problem = setting_problem(name, value)

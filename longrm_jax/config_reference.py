@@ -23,10 +23,9 @@ import types
 import typing
 from pathlib import Path
 
-from longrm_jax import export, launch, score, serve, train
+from longrm_jax import evaluate, export, launch, score, serve, train
 from longrm_jax.cli_support import cli_parser
 from longrm_jax.data import inspect_data
-from longrm_jax.evaluation import cli_args
 from longrm_jax.schema_flags import field_comments, first_sentence  # noqa: F401 - also this module's names
 from longrm_jax.config_rules import RULE
 from longrm_jax.training.config_schema import TrainConfig
@@ -49,11 +48,11 @@ the stage, `data.seq_len` with `mesh.seq`, `mesh.auto` with the axis sizes) and 
 `data.synthetic` and `model.overrides`. A key's meaning is the first sentence of its comment in the source; the
 rest of the comment says more.
 
-The evaluation and export CLIs' settings are their flags: their tables follow the training config's. They read
-the same YAML-plus-`--set` format (`longrm_jax.flag_files`): `--config FILE` holds flags by name
-(`max_new_tokens: 512` or `max-new-tokens: 512`; a switch `true` or `false`; `mesh: {{fsdp: 4}}`),
+Every other CLI has one flat schema of settings, and a flag per setting: their tables follow the training
+config's. They read the same YAML-plus-`--set` format through the same loader: `--config FILE` holds settings by
+name (`max_new_tokens: 512`; a switch `true` or `false`; a list `tasks: [Cite, Code]`; `mesh: {{fsdp: 4}}`),
 `--set max_new_tokens=512` adds or replaces one, and flags on the command line win over both. An unknown name or
-a value the flag would refuse stops the run naming the file and the key.
+a value outside its range stops the run naming the file (or the flag) and the key.
 """
 
 
@@ -138,7 +137,8 @@ def flag_rows(parser: argparse.ArgumentParser) -> list[tuple[str, list[dict]]]:
             switch = action.nargs == 0
             value = ", ".join(map(str, action.choices)) if action.choices else action.metavar or (
                 "" if switch else {int: "int", float: "float"}.get(action.type, "str"))
-            default = "required" if action.required else ("off" if switch else f"`{yaml_value(action.default)}`")
+            default = "required" if action.required else (("on" if action.default is True else "off") if switch
+                                                           else f"`{yaml_value(action.default)}`")
             rows.append({"flag": ", ".join(action.option_strings), "value": value, "default": default,
                          "meaning": first_sentence(_help(parser, action))})
         if rows:
@@ -159,7 +159,7 @@ def _cli_markdown(parser: argparse.ArgumentParser) -> list[str]:
 
 def cli_parsers() -> list[argparse.ArgumentParser]:
     """The parsers of the CLIs: train, evaluate, export, serve, score, inspect_data, launch."""
-    return [train.build_parser(), cli_args.build_parser(), export.build_parser(), serve.build_parser(),
+    return [train.build_parser(), evaluate.build_parser(), export.build_parser(), serve.build_parser(),
             score.build_parser(), inspect_data.build_parser(), launch.build_parser()]
 
 

@@ -6,23 +6,49 @@ Flags shared with upstream LongRM's ``evaluate/eval.py`` keep their meaning (``-
 
 from __future__ import annotations
 
-import argparse
-import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
 
-from longrm_jax.cli_support import ExitStatus, InputError, configure_logging, run_cli, silence_absl_warnings
+from longrm_jax.cli_support import (ExitStatus, add_debug_flag, cli_parser, configure_logging,
+                                    debug_requested, run_cli, silence_absl_warnings)
 from longrm_jax.compile_cache import enable_compilation_cache
-from longrm_jax.flag_files import parse_with_config
-# The flags live in evaluation/cli_args.py; the names tests and users reach through this module stay here.
-from longrm_jax.evaluation.cli_args import (DEFAULT_MAX_NEW_TOKENS, apply_gpu_decode_flags, build_parser,
-                                            check_args, parse_mesh, replica_argv)  # noqa: F401 - parse_mesh re-exported
+from longrm_jax.evaluation.config import EvalConfig, check_paths
 from longrm_jax.parallel.topology import program_budget
 from longrm_jax.xla_flags import add_gpu_xla_flags
 
 # The evaluator's heavy modules (the runner, models, HF loading: transformers and jax programs) are imported inside
 # the functions that use them, so that `--help` and a refused flag answer without loading them.
+
+log = logging.getLogger("longrm_jax.evaluate")
+DESCRIPTION = ("Evaluate a generative (default) or discriminative (--is-disrm) reward model on Long-RewardBench task "
+               "files ({Task}.jsonl) or Long-form RewardBench records. Writes results.csv (upstream layout), "
+               "results.json (+AUC, both-orders agreement), predictions.jsonl and accuracy_by_length.png under "
+               "--save-path.")
+
+
+def build_parser():
+    """The CLI's flags: one per ``EvalConfig`` setting (``schema_flags``), ``--config`` / ``--set``, ``--debug``."""
+    from longrm_jax.schema_flags import add_schema_flags
+
+    parser = cli_parser("longrm_jax.evaluate", DESCRIPTION, examples=[
+        "python -m longrm_jax.evaluate --model-path runs/tiny_grm_hf --data-path data/tiny_judge/long_rewardbench "
+        "--both-orders",
+        "python -m longrm_jax.evaluate --model-path runs/tiny_disrm_hf --data-path data/lrb --is-disrm "
+        "--set mesh={fsdp: 2, seq: 4}",
+        "python -m longrm_jax.evaluate --model-path qwen3_8b --compile-only --topology h100x8 --compile-length 131072"],
+        show_defaults=True)
+    add_schema_flags(parser, EvalConfig)
+    add_debug_flag(parser)
+    return parser
+
+
+def read_config(argv: Sequence[str]) -> EvalConfig:
+    """The run's validated settings from the command line (``--config``, then ``--set``, then the flags)."""
+    from longrm_jax.schema_flags import config_from_args
+
+    return config_from_args(build_parser().parse_args(argv), EvalConfig)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,30 +56,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _evaluate(argv: Sequence[str]) -> int:
-    parser = build_parser()
-    args = parse_with_config(parser, argv)
+    cfg = read_config(argv)
     # Ours at INFO; jax's backend probing only from WARNING up; tokamax's per-shape autotuning-cache misses (absl)
     # not at all, as in train.
     configure_logging()
     silence_absl_warnings()
-    if args.compile_only or args.topology:
-        return _compile_only(args)
-    if not args.data_path:
-        parser.error("the following arguments are required: --data-path")
-    check_args(args)
+    if cfg.compile_only:
+        return _compile_only(cfg)
+    check_paths(cfg)
     from longrm_jax.ops import slow_paths
 
-    slow_paths.set_strict(args.strict_kernels)
-    apply_gpu_decode_flags(args)  # before anything below touches a device
-    enable_compilation_cache(args.compilation_cache)
+    slow_paths.set_strict(cfg.strict_kernels)
+    apply_gpu_decode_flags(cfg)  # before anything below touches a device
+    enable_compilation_cache(cfg.compilation_cache)
     from longrm_jax.evaluation.outputs import format_summary, truncation_line
     from longrm_jax.evaluation.runner import USER_ERRORS, run_evaluation
 
-    cfg = eval_config(args)
+    cfg.progress = cfg.progress and sys.stderr.isatty()
     try:
-        summary = run_evaluation(cfg, replica_argv(parser, args))
+        summary = run_evaluation(cfg)
     except USER_ERRORS as error:  # bad data / model dir: one clear line, no traceback
-        if args.debug:
+        if debug_requested(argv):
             raise
         print(f"error: {error}", file=sys.stderr)
         return ExitStatus.INPUT_REFUSED
@@ -66,36 +89,45 @@ def _evaluate(argv: Sequence[str]) -> int:
         if line:
             print(line)
     print(f"outputs written to {cfg.resolved_save_path()}")
-    return NO_VERDICT_EXIT if not args.allow_no_verdicts and no_verdict_parsed(summary) else 0
+    return NO_VERDICT_EXIT if not cfg.allow_no_verdicts and no_verdict_parsed(summary) else 0
 
 
-def eval_config(args: argparse.Namespace):
-    """The run's ``EvalConfig`` from the parsed flags (also how training judges its held-out verdicts:
-    longrm_jax.held_out_judge)."""
-    from longrm_jax.evaluation.runner import EvalConfig
+def _gpu_backend_possible(environ) -> bool:
+    """Whether JAX could start a GPU backend in this process, decided without starting any backend."""
+    platforms = environ.get("JAX_PLATFORMS", "").lower()
+    if platforms and not any(name in platforms for name in ("cuda", "gpu", "rocm")):
+        return False
+    import importlib.metadata  # these three: only when JAX_PLATFORMS leaves a GPU possible
+    import importlib.util
+    import pkgutil
 
-    return EvalConfig(
-        model_path=args.model_path, data_path=args.data_path, save_path=args.save_path, is_disrm=args.is_disrm,
-        tasks=args.tasks, max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, both_orders=args.both_orders,
-        batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, mesh=args.mesh,
-        static_batches=args.static_batches, queue=args.queue, decode_chunk=args.decode_chunk, decode_attention=args.decode_attention,
-        unroll_decode_layers=args.unroll_decode_layers,
-        device_memory_gib=args.device_memory_gib, simulate_judgement_lengths=args.simulate_judgement_lengths,
-        max_length=None if args.no_truncate else args.max_length, seed=args.seed, dtype=args.dtype,
-        limit=args.limit, share_prompt=args.share_prompt, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress and sys.stderr.isatty(),
-        task_types=args.task_types, longform_protocol=args.longform_protocol, chat_template=args.chat_template,
-        longform_max_new_tokens=args.max_new_tokens, replicas=args.replicas,
-        replica_max_tokens=args.replica_max_tokens,
-        only_samples=_read_share(args.only_samples),
-    )
+    names = [entry.name for entry in importlib.metadata.entry_points(group="jax_plugins")]
+    if importlib.util.find_spec("jax_plugins") is not None:
+        import jax_plugins  # a namespace package that exists only where a plugin is installed
+
+        names += [module.name for module in pkgutil.iter_modules(jax_plugins.__path__)]
+    return any("cuda" in name or "rocm" in name for name in names)
 
 
-def _read_share(path: str | None) -> list[str] | None:
-    """A replica's share: the ``file:row`` places of its samples (evaluation.replicas writes the file)."""
-    if path is None:
-        return None
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+def apply_gpu_decode_flags(cfg: EvalConfig, environ=None) -> bool:
+    """Add the GPU decode XLA flags (``longrm_jax.xla_flags.GPU_DECODE_XLA_FLAGS``) for a GRM run; True if they
+    were added.
+
+    Must run before any JAX device use (XLA reads its flags when the backend starts). Skipped for DisRM
+    scoring (measured slower prefill with them), with ``--no-gpu-flags``, without a GPU plugin or with
+    ``JAX_PLATFORMS`` naming no GPU, and when a backend already runs (too late to take effect).
+    """
+    from jax._src import xla_bridge  # noqa: PLC0415 - private, but the only way to ask without starting one
+
+    environ = os.environ if environ is None else environ
+    if cfg.is_disrm or not cfg.gpu_flags or not _gpu_backend_possible(environ):
+        return False
+    if xla_bridge.backends_are_initialized():
+        log.warning("JAX backend already started: GPU decode XLA flags not applied")
+        return False
+    add_gpu_xla_flags(environ=environ)
+    log.info("GRM decode XLA flags: XLA_FLAGS=%s", environ["XLA_FLAGS"])
+    return True
 
 
 # Exit status of a GRM evaluation none of whose judgements held a verdict: its results measure nothing (every
@@ -115,59 +147,57 @@ def no_verdict_parsed(summary: dict) -> bool:
     return True
 
 
-def _compile_model_config(args: argparse.Namespace):
+def _compile_model_config(cfg: EvalConfig):
     """(model config, dtype) for ``--compile-only``: the model directory's config, or a preset's with its own
     vocabulary."""
-    head = "classifier" if args.is_disrm else "causal_lm"
-    if os.path.isdir(args.model_path):
+    head = "classifier" if cfg.is_disrm else "causal_lm"
+    if os.path.isdir(cfg.model_path):
         from longrm_jax.hf.load import read_hf_config
         from longrm_jax.models.config import from_hf_config
 
-        mcfg = from_hf_config(read_hf_config(args.model_path), head=head)
+        mcfg = from_hf_config(read_hf_config(cfg.model_path), head=head)
     else:
         from longrm_jax.models.config import ModelConfig
         from longrm_jax.training.model_setup import PRESETS
 
-        if args.model_path not in PRESETS or "vocab_size" not in PRESETS[args.model_path]:
-            raise ValueError(f"--model-path {args.model_path}: not a directory nor a preset with its own "
+        if cfg.model_path not in PRESETS or "vocab_size" not in PRESETS[cfg.model_path]:
+            raise ValueError(f"--model-path {cfg.model_path}: not a directory nor a preset with its own "
                              f"vocabulary ({', '.join(k for k, v in PRESETS.items() if 'vocab_size' in v)})")
-        mcfg = ModelConfig(**PRESETS[args.model_path]).replace(head=head)
-    dtype = args.dtype
+        mcfg = ModelConfig(**PRESETS[cfg.model_path]).replace(head=head)
+    dtype = cfg.dtype
     if dtype == "auto":  # as a run resolves it (runner.resolve_dtype); a preset has no stored dtype: bfloat16
-        from longrm_jax.evaluation.runner import EvalConfig, resolve_dtype
+        from longrm_jax.evaluation.runner import resolve_dtype
 
-        dtype = (resolve_dtype(EvalConfig(model_path=args.model_path, data_path="", is_disrm=args.is_disrm))
-                 if os.path.isdir(args.model_path) else "bfloat16")
+        dtype = (resolve_dtype(EvalConfig(model_path=cfg.model_path, data_path="", is_disrm=cfg.is_disrm))
+                 if os.path.isdir(cfg.model_path) else "bfloat16")
     mcfg = mcfg.replace(dtype=dtype, param_dtype=dtype)
     return mcfg, dtype
 
 
-def _compile_only(args: argparse.Namespace) -> int:
+def _compile_only(cfg: EvalConfig) -> int:
     """``--compile-only --topology NAME`` (evaluation.compile_only): 0 when every program fits, 4 otherwise."""
-    if not (args.compile_only and args.topology):
-        raise InputError("--compile-only and --topology go together (e.g. --compile-only --topology v5p-8)")
     from longrm_jax.parallel.topology import parse, prepare_host_for_compile_only
 
-    topology = parse(args.topology, args.topology_slices)
+    topology = parse(cfg.topology, cfg.topology_slices)
     prepare_host_for_compile_only()
-    if topology.platform == "gpu" and not args.is_disrm and not args.no_gpu_flags:
+    if topology.platform == "gpu" and not cfg.is_disrm and cfg.gpu_flags:
         add_gpu_xla_flags()  # what a GRM run on a GPU sets
     from longrm_jax.evaluation.compile_only import compile_programs
     from longrm_jax.parallel.mesh import make_mesh
     from longrm_jax.parallel.topology import GiB, host_count
 
-    mcfg, dtype = _compile_model_config(args)
+    mcfg, dtype = _compile_model_config(cfg)
     devices = topology.devices()
-    mesh = make_mesh(**(args.mesh or {"fsdp": -1}), devices=devices)
-    length = args.compile_length or args.max_length
-    rows = args.batch_size or 1
+    mesh = make_mesh(**(cfg.mesh or {"fsdp": -1}), devices=devices)
+    length = cfg.compile_length or cfg.max_length
+    rows = cfg.batch_size or 1
     print(f"topology {topology.label}: {topology.chips} x {topology.chip.device_kind} ({host_count(devices)} "
           f"host(s)), {topology.chip.hbm_bytes / GiB:.1f} GiB HBM per chip; compile only, nothing runs")
-    print("mesh " + " x ".join(f"{k} {v}" for k, v in mesh.shape.items()) + f"; {'DisRM' if args.is_disrm else 'GRM'} "
+    print("mesh " + " x ".join(f"{k} {v}" for k, v in mesh.shape.items()) + f"; {'DisRM' if cfg.is_disrm else 'GRM'} "
           f"{mcfg.num_layers} layers, hidden {mcfg.hidden_size}, {dtype}; {rows} row(s) x {length} tokens")
-    reports = compile_programs(mcfg, topology, mesh, is_disrm=args.is_disrm, rows=rows, length=length,
-                               max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
-                               decode_attention=args.decode_attention)
+    reports = compile_programs(mcfg, topology, mesh, is_disrm=cfg.is_disrm, rows=rows, length=length,
+                               max_new_tokens=cfg.judgement_budget,
+                               decode_attention=cfg.decode_attention)
     budget, how = program_budget(topology)
     print(f"device budget per chip {budget / GiB:.1f} GiB: {how}")
     for report in reports:

@@ -2,8 +2,8 @@
 
 A judged step is its saved checkpoint, handled as a user would handle it: exported as ``python -m
 longrm_jax.export`` exports it (LoRA merged, the run's tokenizer beside it) and judged by the evaluator with the
-flags of ``python -m longrm_jax.evaluate --both-orders --limit SAMPLES --max-new-tokens N --dtype D``, parsed by
-that command's own parser. The prompts, the greedy decoding and the verdict parser are the evaluator's, so the
+settings of ``python -m longrm_jax.evaluate --both-orders --limit SAMPLES --max-new-tokens N --dtype D --replicas 1``,
+that command's own ``EvalConfig``. The prompts, the greedy decoding and the verdict parser are the evaluator's, so the
 figures equal that command's on the exported judge. The log-prob comparison of held-out judgements
 (``eval/judgement_logprob_accuracy``) cannot tell a judge that copies the document's quotes from one that decides:
 the right and the wrong judgement differ in their quotes as well as in the verdict (docs/training.md).
@@ -21,8 +21,7 @@ import shutil
 import time
 
 from longrm_jax.data.tiny_tokenizer import TINY_TOKENIZER_DIR
-from longrm_jax.evaluate import eval_config
-from longrm_jax.evaluation.cli_args import build_parser
+from longrm_jax.evaluation.config import EvalConfig
 from longrm_jax.evaluation.runner import run_evaluation
 from longrm_jax.hf.save import save_pretrained
 from longrm_jax.training.config_schema import TrainConfig
@@ -31,12 +30,12 @@ from longrm_jax.training.model_setup import trained_model
 JUDGE_DIR = "judge"
 
 
-def evaluate_argv(cfg: TrainConfig, model_path: str, save_path: str) -> list[str]:
-    """The ``python -m longrm_jax.evaluate`` arguments that judge ``model_path`` as training does."""
+def evaluate_config(cfg: TrainConfig, model_path: str, save_path: str) -> EvalConfig:
+    """The evaluator's settings that judge ``model_path`` as training does, in this process."""
     judge = cfg.judge
-    return ["--model-path", model_path, "--data-path", judge.data, "--save-path", save_path, "--both-orders",
-            "--limit", str(judge.samples), "--max-new-tokens", str(judge.max_new_tokens), "--dtype", judge.dtype,
-            "--overwrite", "--no-progress"]
+    return EvalConfig(model_path=model_path, data_path=judge.data, save_path=save_path, both_orders=True,
+                      limit=judge.samples, max_new_tokens=judge.max_new_tokens, dtype=judge.dtype, overwrite=True,
+                      progress=False, replicas="1").validate()
 
 
 def make_judge(cfg: TrainConfig):
@@ -58,8 +57,7 @@ def make_judge(cfg: TrainConfig):
         level = evaluator.level
         evaluator.setLevel(logging.ERROR)  # the figures come back as one line (training.step_loop.judge_line)
         try:
-            args = build_parser().parse_args(evaluate_argv(cfg, export, os.path.join(out, "results")))
-            summary = run_evaluation(eval_config(args))
+            summary = run_evaluation(evaluate_config(cfg, export, os.path.join(out, "results")))
         finally:
             evaluator.setLevel(level)
             shutil.rmtree(export, ignore_errors=True)

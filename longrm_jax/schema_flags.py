@@ -10,6 +10,7 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import json
 import io
 import re
 import textwrap
@@ -79,39 +80,54 @@ class _GivenSwitch(argparse.BooleanOptionalAction):
 
 
 def add_schema_flags(parser: argparse.ArgumentParser, schema: type) -> None:
-    """``--config``, ``--set`` and one flag per field of the flat dataclass ``schema`` (its default shown)."""
+    """``--config``, ``--set`` and one flag per field of the flat dataclass ``schema``: its help the field's
+    comment, its default shown. A list field takes one or more values (``--tasks Cite Code``); a bool field is
+    ``--key`` / ``--no-key``. The schema may group its flags (``FLAG_GROUPS``: a group's title -> the field that
+    opens it, in field order), hide some from ``--help`` (``HIDDEN``: settings a parent process passes) and name
+    what a flag takes (``METAVARS``: field -> e.g. ``DIR``)."""
     parser.add_argument("--config", metavar="FILE", help="a YAML file of settings (keys: the flags' names with _)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="one setting, as in the YAML file (repeatable); the flags below win over both")
     comments = field_comments(schema)
     hints = typing.get_type_hints(schema)
+    openers = {field: title for title, field in getattr(schema, "FLAG_GROUPS", {}).items()}
+    hidden = set(getattr(schema, "HIDDEN", ()))
+    metavars = getattr(schema, "METAVARS", {})
+    target = parser
     for f in dataclasses.fields(schema):
+        if f.name in openers:
+            target = parser.add_argument_group(openers[f.name])
         tp = hints[f.name]
         rule = f.metadata.get(RULE)
-        help_text = first_sentence(comments.get(f.name, "")) or f.name
-        if rule is not None:
+        help_text = comments.get(f.name, "") or f.name
+        words = getattr(rule, "values", None)
+        words = tuple(v for v in words if v is not None) if words else None
+        words = words if words and all(isinstance(v, str) for v in words) else None
+        if rule is not None and words is None:
             help_text += f" ({rule.want})"
+        help_text = argparse.SUPPRESS if f.name in hidden else help_text.replace("%", "%%")
         default = f.default if f.default is not dataclasses.MISSING else None
         if tp is bool:
-            parser.add_argument(flag_name(f.name), dest=f.name, action=_GivenSwitch, default=default, help=help_text)
-        else:
-            numeric = tp in (int, float) or typing.get_args(tp)[:1] in ((int,), (float,))
-            # A choice of words is argparse's own on the command line (its usage line lists them).
-            words = getattr(rule, "values", None)
-            words = tuple(v for v in words if v is not None) if words else None
-            if words and all(isinstance(v, str) for v in words):
-                parser.add_argument(flag_name(f.name), dest=f.name, action=_Given, default=default, choices=words,
-                                    help=first_sentence(comments.get(f.name, "")) or f.name)
-                continue
-            parser.add_argument(flag_name(f.name), dest=f.name, action=_Given, default=default,
-                                metavar="N" if numeric else "VALUE", help=help_text)
+            target.add_argument(flag_name(f.name), dest=f.name, action=_GivenSwitch, default=default, help=help_text)
+            continue
+        listed = list in (typing.get_origin(tp), *map(typing.get_origin, typing.get_args(tp)))
+        numeric = tp in (int, float) or typing.get_args(tp)[:1] in ((int,), (float,))
+        # A choice of words is argparse's own on the command line (its usage line lists them).
+        target.add_argument(flag_name(f.name), dest=f.name, action=_Given, default=default, choices=words,
+                            nargs="+" if listed else None, help=help_text,
+                            metavar=None if words else metavars.get(f.name, "N" if numeric else "VALUE"))
+
+
+def _as_yaml(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def config_from_args(args: argparse.Namespace, schema: type):
     """The validated config of ``schema``: ``--config``, then ``--set``, then the flags given (read as YAML
     values the way ``--set`` reads them)."""
     given = getattr(args, "given_flags", set())
-    flags = [f"{f.name}={getattr(args, f.name)}" for f in dataclasses.fields(schema) if f.name in given]
+    # A word from the command line is read as YAML, as --set reads it; a list of them (nargs) as a YAML list.
+    flags = [f"{f.name}={_as_yaml(getattr(args, f.name))}" for f in dataclasses.fields(schema) if f.name in given]
     try:
         return load_config(args.config, list(args.overrides) + flags, schema=schema)
     except ConfigError as error:  # a value the command line gave is named by its flag

@@ -182,15 +182,15 @@ def _score(argv: Sequence[str]) -> int:
     from longrm_jax.schema_flags import config_from_args
 
     args = config_from_args(build_parser().parse_args(argv), ScoreConfig)  # a refusal: run_cli's one line, exit 2
-    from longrm_jax.evaluation.cli_args import parse_mesh
+    from longrm_jax.evaluation.config import parse_mesh
 
     configure_logging()
     silence_absl_warnings()
     _check_args(args)
     try:
-        mesh = parse_mesh(args.mesh)
-    except argparse.ArgumentTypeError as error:
-        raise InputError(str(error)) from None
+        mesh = parse_mesh(args.mesh) if args.mesh else None
+    except ValueError as error:
+        raise InputError(f"--mesh: {error}") from None
     source = "<stdin>" if args.input == "-" else args.input
     rows = list(read_rows(_read_lines(args.input), source))  # every line checked before the model loads
     if not rows:

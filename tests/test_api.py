@@ -163,16 +163,16 @@ def test_score_cli_help_and_a_judge_refused(tmp_path, capsys):
     assert "has no trained score head to score with; load it with longrm_jax.Judge" in capsys.readouterr().err
 
 
-# What the API refuses, with the rule evaluate's flags apply (evaluation.cli_args.setting_problem), before a model
+# What the API refuses, with the rule evaluate's flags apply (evaluation.config.setting_problem), before a model
 # loads or a batch runs; each was accepted and misread before (a string of answers judged as 18 one-letter answers,
 # max_length 0 changing the scores, ...).
 LOAD_REFUSALS = [
-    (dict(max_length=0), ValueError, "max_length must be >= 16, got 0"),
-    (dict(max_length=-10), ValueError, "max_length must be >= 16, got -10"),
-    (dict(max_length=5), ValueError, "max_length must be >= 16, got 5"),
-    (dict(batch_size=0), ValueError, "batch_size must be >= 1, got 0"),
-    (dict(batch_size=-5), ValueError, "batch_size must be >= 1, got -5"),
-    (dict(dtype="float64"), ValueError, "dtype must be one of auto, bfloat16, float32, float16, got 'float64'"),
+    (dict(max_length=0), ValueError, "max_length must be >= 16; got 0"),
+    (dict(max_length=-10), ValueError, "max_length must be >= 16; got -10"),
+    (dict(max_length=5), ValueError, "max_length must be >= 16; got 5"),
+    (dict(batch_size=0), ValueError, "batch_size must be >= 1; got 0"),
+    (dict(batch_size=-5), ValueError, "batch_size must be >= 1; got -5"),
+    (dict(dtype="float64"), ValueError, "dtype must be one of auto, bfloat16, float32, float16; got 'float64'"),
 ]
 
 
@@ -198,7 +198,7 @@ def test_calls_refuse_what_they_would_misread(disrm, tmp_path):
     judge = Judge.from_pretrained(str(judge_dir), dtype="float32")
     with pytest.raises(TypeError, match="answers must be a list of strings, got str"):
         judge.judge("ctx", "q", "The password is x.")
-    with pytest.raises(ValueError, match="max_new_tokens must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1; got 0"):
         judge.judge("ctx", "q", ["a", "b"], max_new_tokens=0)
 
 

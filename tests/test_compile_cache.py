@@ -50,11 +50,11 @@ def test_a_home_that_cannot_hold_the_cache_costs_a_warning_not_the_run(monkeypat
 
 
 def test_evaluate_score_and_serve_cache_by_default():
-    from longrm_jax.evaluation.cli_args import build_parser
+    from longrm_jax.evaluate import read_config
     from longrm_jax.score import ScoreConfig
     from longrm_jax.serving.config import ServeConfig
 
-    assert build_parser().parse_args(["--model-path", "m", "--data-path", "d"]).compilation_cache == "auto"
+    assert read_config(["--model-path", "m", "--data-path", "d"]).compilation_cache == "auto"
     assert ScoreConfig().compilation_cache == "auto" and ServeConfig().compilation_cache == "auto"
     assert os.path.basename(cache_dir("auto")) in ("xla", os.path.basename(os.environ.get("JAX_COMPILATION_CACHE_DIR",
                                                                                           "xla")))

@@ -28,15 +28,15 @@ def disrm_dir(tmp_path_factory):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--limit", "-1"], "--limit must be >= 1, got -1"),  # item 5: used to drop each task's last sample
-    (["--limit", "0"], "--limit must be >= 1, got 0"),
-    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
-    (["--batch-size", "-3"], "--batch-size must be >= 1, got -3"),
-    (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
-    (["--max-batch-tokens", "0"], "--max-batch-tokens must be >= 1, got 0"),
-    (["--decode-chunk", "0"], "--decode-chunk must be >= 1, got 0"),
-    (["--max-length", "10"], "--max-length must be >= 16, got 10"),
-    (["--device-memory-gib", "0"], "--device-memory-gib must be > 0, got 0.0"),
+    (["--limit", "-1"], "--limit must be >= 1; got -1"),  # item 5: used to drop each task's last sample
+    (["--limit", "0"], "--limit must be >= 1; got 0"),
+    (["--batch-size", "0"], "--batch-size must be >= 1; got 0"),
+    (["--batch-size", "-3"], "--batch-size must be >= 1; got -3"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1; got 0"),
+    (["--max-batch-tokens", "0"], "--max-batch-tokens must be >= 1; got 0"),
+    (["--decode-chunk", "0"], "--decode-chunk must be >= 1; got 0"),
+    (["--max-length", "10"], "--max-length must be >= 16; got 10"),
+    (["--device-memory-gib", "0"], "--device-memory-gib must be > 0; got 0.0"),
     (["--mesh", "fsdp=0"], "--mesh fsdp=0: sizes must be >= 1 (fsdp=-1: the devices left over)"),
     (["--chat-template", "/nonexistent.jinja"], "--chat-template /nonexistent.jinja: no such file"),
 ])

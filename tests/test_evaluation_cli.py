@@ -10,8 +10,8 @@ import pytest
 
 import torch  # noqa: F401 - the test extra installs it: a broken install fails the run, never skips
 
-from longrm_jax import evaluate  # noqa: E402
-from longrm_jax.evaluation import cli_args  # noqa: E402
+from longrm_jax import evaluate
+from longrm_jax.cli_support import InputError  # noqa: E402
 from longrm_jax.data.synthetic import write_long_rewardbench  # noqa: E402
 from helpers.tiny_checkpoint import make_tiny_checkpoint, make_tiny_model_dir  # noqa: E402
 
@@ -57,10 +57,10 @@ def test_gpu_decode_flags_only_for_grm_on_gpu(monkeypatch):
     from longrm_jax.xla_flags import GPU_DECODE_XLA_FLAGS
 
     def args(*extra):
-        return evaluate.build_parser().parse_args(["--model-path", "m", "--data-path", "d", *extra])
+        return evaluate.read_config(["--model-path", "m", "--data-path", "d", *extra])
 
     monkeypatch.setattr(xla_bridge, "backends_are_initialized", lambda: False)
-    monkeypatch.setattr(cli_args, "_gpu_backend_possible", lambda environ: True)
+    monkeypatch.setattr(evaluate, "_gpu_backend_possible", lambda environ: True)
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
     assert evaluate.apply_gpu_decode_flags(args(), env)
     assert env["XLA_FLAGS"].split() == ["--xla_force_host_platform_device_count=8", *GPU_DECODE_XLA_FLAGS]
@@ -71,7 +71,7 @@ def test_gpu_decode_flags_only_for_grm_on_gpu(monkeypatch):
     env = {}
     assert not evaluate.apply_gpu_decode_flags(args(), env) and env == {}
     monkeypatch.undo()
-    assert not cli_args._gpu_backend_possible({"JAX_PLATFORMS": "cpu"})
+    assert not evaluate._gpu_backend_possible({"JAX_PLATFORMS": "cpu"})
     env = {"JAX_PLATFORMS": "cpu"}
     assert not evaluate.apply_gpu_decode_flags(args(), env) and "XLA_FLAGS" not in env
 
@@ -192,10 +192,14 @@ def test_long_form_disrm_with_needle_heatmap(tmp_path):
 
 
 def test_parse_mesh():
-    assert evaluate.parse_mesh("fsdp=2,seq=4") == {"fsdp": 2, "seq": 4}
-    assert evaluate.parse_mesh(None) is None
-    with pytest.raises(Exception, match="AXIS=SIZE"):
-        evaluate.parse_mesh("pipeline=2")
+    from longrm_jax.evaluation.config import parse_mesh
+
+    assert parse_mesh("fsdp=2,seq=4") == {"fsdp": 2, "seq": 4}
+    assert evaluate.read_config(["--model-path", "m", "--data-path", "d"]).mesh is None
+    with pytest.raises(ValueError, match="AXIS=SIZE"):
+        parse_mesh("pipeline=2")
+    with pytest.raises(InputError, match="^--mesh 'pipeline=2': bad entry"):
+        evaluate.read_config(["--model-path", "m", "--data-path", "d", "--mesh", "pipeline=2"])
 
 
 def test_resume_reuses_finished_task_files(tmp_path, bench_dir, monkeypatch):

@@ -4,6 +4,7 @@ into the outputs one process writes (here N CPU processes; on a GPU host one per
 import json
 
 import pytest
+import yaml
 
 import torch  # noqa: F401 - the test extra installs it: a broken install fails the run, never skips
 
@@ -46,16 +47,14 @@ def test_plan_replicas():
         replicas.plan_replicas("4", None, config, "bfloat16", gpus)
 
 
-def test_replica_argv_keeps_the_run_flags():
-    parser = evaluate.build_parser()
-    args = parser.parse_args(["--model-path", "m", "--data-path", "d", "--both-orders", "--tasks", "A", "B",
-                              "--max-new-tokens", "8", "--mesh", "seq=2", "--save-path", "s", "--replicas", "2"])
-    argv = evaluate.replica_argv(parser, args)("s/replicas/r0", "s/replicas/r0/samples.json")
-    again = parser.parse_args(argv)
+def test_a_replica_keeps_the_run_settings():
+    cfg = evaluate.read_config(["--model-path", "m", "--data-path", "d", "--both-orders", "--tasks", "A", "B",
+                                "--max-new-tokens", "8", "--mesh", "seq=2", "--save-path", "s", "--replicas", "2"])
+    again = replicas.replica_config(cfg, "s/replicas/r0", [])
     for name in ("model_path", "data_path", "both_orders", "tasks", "max_new_tokens", "mesh"):
-        assert getattr(again, name) == getattr(args, name), name
-    assert (again.save_path, again.replicas, again.overwrite) == ("s/replicas/r0", "1", True)
-    assert again.only_samples == "s/replicas/r0/samples.json" and again.allow_no_verdicts
+        assert getattr(again, name) == getattr(cfg, name), name
+    assert (again.save_path, again.replicas, again.overwrite, again.resume) == ("s/replicas/r0", "1", True, False)
+    assert again.only_samples == [] and again.allow_no_verdicts and not again.progress
 
 
 @pytest.mark.parametrize("kind", ["grm", "disrm"])
@@ -81,7 +80,8 @@ def test_replicas_give_the_one_process_results(tmp_path, kind):
     assert csv_two == csv_one
     assert predictions_two == predictions_one
     assert results_two["auc"] == results_one["auc"]
-    shares = [json.loads((tmp_path / "two" / "replicas" / f"r{i}" / "samples.json").read_text()) for i in (0, 1)]
+    shares = [yaml.safe_load((tmp_path / "two" / "replicas" / f"r{i}" / "config.yaml").read_text())["only_samples"]
+              for i in (0, 1)]
     assert shares[0] and shares[1] and not set(shares[0]) & set(shares[1])
     timings = json.loads((tmp_path / "two" / "timings.json").read_text())
     assert timings["replicas"] == 2 and len(timings["per_replica"]) == 2
@@ -138,7 +138,8 @@ def test_samples_too_long_for_a_replica_run_on_a_seq_mesh(tmp_path, kind="grm"):
     one, two = predictions("one"), predictions("two")
     timings = json.loads((tmp_path / "two" / "timings.json").read_text())
     assert 0 < timings["long_samples"] < len(one)  # some samples took each path
-    shares = [json.loads(path.read_text()) for path in (tmp_path / "two" / "replicas").glob("r*/samples.json")]
+    shares = [yaml.safe_load(path.read_text())["only_samples"]
+              for path in (tmp_path / "two" / "replicas").glob("r*/config.yaml")]
     assert sum(map(len, shares)) == len(one) - timings["long_samples"]  # the long ones went to no replica
     assert (tmp_path / "two" / "replicas" / "long" / "partial").is_dir()  # their journals, for --resume
     assert [(p["file"], p["row"]) for p in two] == [(p["file"], p["row"]) for p in one]

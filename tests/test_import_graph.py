@@ -22,8 +22,8 @@ LAYERS = (
     ("longrm_jax.data", "longrm_jax.hf"),
     ("longrm_jax.models",),
     ("longrm_jax.ops",),
-    ("longrm_jax.parallel", "longrm_jax.losses", "longrm_jax.cli_support", "longrm_jax.flag_files",
-     "longrm_jax.config_rules", "longrm_jax.xla_flags", "longrm_jax.xla_log", "longrm_jax.compile_cache"),
+    ("longrm_jax.parallel", "longrm_jax.losses", "longrm_jax.cli_support", "longrm_jax.config_rules",
+     "longrm_jax.xla_flags", "longrm_jax.xla_log", "longrm_jax.compile_cache"),
 )
 # Packages of one layer that must not import each other either (siblings, not a chain).
 INDEPENDENT = (

@@ -17,12 +17,14 @@ import logging
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from tqdm import tqdm
 
-from longrm_jax.cli_support import ExitStatus, InputError, add_debug_flag, cli_parser, run_cli
-from longrm_jax.flag_files import add_config_flags, parse_with_config
+from longrm_jax.cli_support import ExitStatus, add_debug_flag, cli_parser, debug_requested, run_cli
+from longrm_jax.config_rules import check_flat, choice, ranged
 from longrm_jax.data.packing import bucket_for, make_buckets, own_row_length, plan_rows
 from longrm_jax.data.readers import FORMATS, RecordSource
 from longrm_jax.data.records import BenchRecord, DataError, LongFormRecord
@@ -54,47 +56,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_cli(_inspect, argv)
 
 
+@dataclass
+class InspectConfig:
+    """What to inspect and how the trainer would read it."""
+
+    data: str | None = None  # a .jsonl/.json/.parquet file or a save_to_disk directory
+    # Local model or tokenizer directory (HF tokenizer + chat template), e.g. the bundled
+    # longrm_jax/assets/tiny_tokenizer.
+    tokenizer: str | None = None
+    format: str = choice("auto", FORMATS)  # row format (auto: told from the first rows' fields)
+    split: str | None = None  # split of a DatasetDict directory
+    max_length: int | None = ranged(None, ">= 1")  # largest row length in tokens (as in training)
+    num_buckets: int = ranged(4, ">= 1")  # row-length buckets below --max-length (the trainer's data.num_buckets)
+    num_rejects: int = ranged(1, ">= 1")  # rejected responses kept per preference row (as data.num_rejects)
+    sample: int = ranged(0, ">= 0")  # index of the sample to render
+    render_chars: int = ranged(3000, ">= 1")  # characters of the rendered sample to show
+    limit: int | None = ranged(None, ">= 1")  # inspect only the first N rows
+    skip_bad_rows: bool = False  # log and count bad rows instead of stopping at the first
+    # Chat template variable: unset (as upstream training: Qwen3's empty think block opens the trained response),
+    # false (the block ends the masked prompt) or true.
+    enable_thinking: str = choice("unset", ("unset", "false", "true"))
+    # Per-sequence cut at --max-length, as data.truncation in training.
+    truncation: str = choice("prompt_middle", ("prompt_middle", "right", "error"))
+    # Jinja chat template file to use instead of the tokenizer's (or where it has none).
+    chat_template: str | None = None
+    # How a response ends, as data.response_end in training (template: as the chat template ends the turn, where
+    # the evaluator reads a DisRM's score).
+    response_end: str = choice("upstream", RESPONSE_ENDS)
+
+    METAVARS: ClassVar[dict[str, str]] = {"data": "PATH", "tokenizer": "DIR", "split": "NAME",
+                                          "chat_template": "FILE"}
+
+    def validate(self) -> "InspectConfig":
+        check_flat(self, {"data": "PATH, a data file or directory", "tokenizer": "DIR, a tokenizer directory"})
+        return self
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from longrm_jax.schema_flags import add_schema_flags
+
     p = cli_parser("longrm_jax.data.inspect_data", "Inspect a dataset as the trainer will see it: counts, length "
-                   "histogram, truncations, packing, one sample with its loss mask.")
-    p.add_argument("--data", required=True, help="a .jsonl/.json/.parquet file or a save_to_disk directory")
-    p.add_argument("--tokenizer", required=True,
-                   help="local model or tokenizer directory (HF tokenizer + chat template), e.g. the bundled "
-                        "longrm_jax/assets/tiny_tokenizer")
-    p.add_argument("--format", default="auto", choices=FORMATS,
-                   help="row format (default auto: told from the first rows' fields)")
-    p.add_argument("--split", default=None, help="split of a DatasetDict directory")
-    p.add_argument("--max-length", type=int, default=None, help="largest row length (as in training)")
-    p.add_argument("--num-buckets", type=int, default=4,
-                   help="row-length buckets below --max-length (the trainer's data.num_buckets; default %(default)s)")
-    p.add_argument("--num-rejects", type=int, default=1,
-                   help="rejected responses kept per preference row (as data.num_rejects; default %(default)s)")
-    p.add_argument("--sample", type=int, default=0, help="index of the sample to render")
-    p.add_argument("--render-chars", type=int, default=3000, help="characters of the rendered sample to show")
-    p.add_argument("--limit", type=int, default=None, help="inspect only the first N rows")
-    p.add_argument("--skip-bad-rows", action="store_true",
-                   help="log and count bad rows instead of stopping at the first")
-    p.add_argument("--enable-thinking", choices=("unset", "false", "true"), default="unset",
-                   help="chat template variable: unset (default, as upstream training: Qwen3's empty think block "
-                   "opens the trained response), false (the block ends the masked prompt)")
-    p.add_argument("--truncation", choices=("prompt_middle", "right", "error"), default="prompt_middle",
-                   help="per-sequence cut at --max-length, as data.truncation in training")
-    p.add_argument("--chat-template", default=None, metavar="FILE",
-                   help="Jinja chat template file to use instead of the tokenizer's (or where it has none)")
-    p.add_argument("--response-end", choices=RESPONSE_ENDS, default="upstream",
-                   help="how a response ends, as data.response_end in training (template: as the chat template "
-                   "ends the turn, where the evaluator reads a DisRM's score)")
-    add_config_flags(p)
+                   "histogram, truncations, packing, one sample with its loss mask.", show_defaults=True)
+    add_schema_flags(p, InspectConfig)
     add_debug_flag(p)
     return p
 
 
 def _inspect(argv: Sequence[str]) -> int:
-    args = parse_with_config(build_parser(), argv)
-    if args.max_length is not None and args.max_length < 1:
-        raise InputError(f"--max-length must be >= 1 (a row length in tokens), got {args.max_length}")
-    if args.num_buckets < 1:
-        raise InputError(f"--num-buckets must be >= 1, got {args.num_buckets}")
+    from longrm_jax.schema_flags import config_from_args
+
+    args = config_from_args(build_parser().parse_args(argv), InspectConfig)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     try:
         src = RecordSource(args.data, args.format, args.split, skip_bad_rows=args.skip_bad_rows)
@@ -104,7 +115,7 @@ def _inspect(argv: Sequence[str]) -> int:
         n_rows = len(src) if args.limit is None else min(args.limit, len(src))
         groups, skipped = _tokenize_rows(src, tok, n_rows, args)
     except (DataError, FileNotFoundError, ValueError) as e:
-        if args.debug:
+        if debug_requested(argv):
             raise
         print(f"error: {e}", file=sys.stderr)
         return ExitStatus.INPUT_REFUSED

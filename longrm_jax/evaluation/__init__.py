@@ -16,6 +16,7 @@ Modules, from inputs to outputs:
 * ``partial``: per-task predictions journaled for ``--resume``; ``outputs``: results.json, results.csv,
   predictions.jsonl; ``timings``: the run's phase seconds and counts, returned by each part and added up.
 * ``replicas``: one process per GPU, each on a share of the samples, merged into one run's outputs.
-* ``cli_args``: the evaluator's flags; ``compile_only``: evaluation programs compiled for a topology.
-* ``runner``: ``EvalConfig`` and ``run_evaluation`` (the CLI is ``python -m longrm_jax.evaluate``).
+* ``config``: ``EvalConfig``, the evaluator's settings (the CLI's flags are generated from it); ``compile_only``:
+  evaluation programs compiled for a topology.
+* ``runner``: ``run_evaluation`` (the CLI is ``python -m longrm_jax.evaluate``).
 """

@@ -204,15 +204,15 @@ def pointwise_prediction(sample: EvalSample, outputs: Sequence[str], num_tokens:
 
 def run_pointwise_grm(cfg, samples: list[EvalSample], model, tokenizer, mesh) -> tuple[list[dict], Timings]:
     """(predictions, the generator's timings): judge every answer of every Long-form sample on its own, greedy,
-    under ``cfg.longform_protocol`` (upstream: ``cfg.longform_max_new_tokens`` or 1,024 new tokens; pointwise:
-    ``cfg.max_new_tokens``)."""
+    under ``cfg.longform_protocol`` (upstream: ``cfg.max_new_tokens`` or 1,024 new tokens; pointwise:
+    ``cfg.judgement_budget``)."""
     protocol = cfg.longform_protocol
     if protocol not in ("upstream", "pointwise"):
         raise ValueError(f"judging each response alone needs protocol upstream or pointwise, not {protocol!r}")
     if any(s.benchmark != LONG_FORM for s in samples):
         raise ValueError("the pointwise protocols are for Long-form RewardBench records")
     if protocol == "upstream":
-        cfg = dataclasses.replace(cfg, max_new_tokens=cfg.longform_max_new_tokens or UPSTREAM_MAX_NEW_TOKENS)
+        cfg = dataclasses.replace(cfg, max_new_tokens=cfg.max_new_tokens or UPSTREAM_MAX_NEW_TOKENS)
     prompts, owners, cuts = [], [], []
     for s_index, sample in enumerate(samples):
         for answer in range(len(sample.answers)):

@@ -45,10 +45,10 @@ def result_settings(cfg) -> dict:
     enters by content: weights re-exported into the same directory are not the model that was evaluated.
     ``cfg``: ``runner.EvalConfig`` (not imported: the runner imports this module)."""
     return {"model": model_fingerprint(cfg.model_path), "is_disrm": cfg.is_disrm, "seed": cfg.seed,
-            "max_new_tokens": cfg.max_new_tokens, "both_orders": cfg.both_orders, "max_length": cfg.max_length,
+            "max_new_tokens": cfg.judgement_budget, "both_orders": cfg.both_orders, "max_length": cfg.max_length,
             "dtype": cfg.dtype, "limit": cfg.limit, "mesh": cfg.mesh, "share_prompt": cfg.share_prompt,
             "task_types": list(cfg.task_types or []), "longform_protocol": cfg.longform_protocol,
-            "longform_max_new_tokens": cfg.longform_max_new_tokens,
+            "longform_max_new_tokens": cfg.max_new_tokens,
             "chat_template": cfg.chat_template, "simulate_judgement_lengths": cfg.simulate_judgement_lengths,
             "decode_attention": cfg.decode_attention}
 

@@ -5,7 +5,8 @@ order.
 Why processes and not one program over a mesh: a judge's continuous batching is a host loop that admits and
 retires rows between decode chunks; one loop per GPU keeps each GPU busy without the others' host work in its
 way, and each process's JAX sees only its own GPU, so nothing (weights, caches, compiles) is shared by accident.
-A replica is ``python -m longrm_jax.evaluate`` itself on its share (``--only-samples``), writing its outputs into
+A replica is ``python -m longrm_jax.evaluate`` itself on its share (``--config`` the run's settings with the
+share's ``only_samples``: :func:`replica_config`), writing its outputs into
 ``{save_path}/replicas/r{i}/``: its own ``partial/`` journals make ``--resume`` work per replica, and the split
 is a pure function of the samples and the replica count, so a resumed run hands each replica the same share.
 
@@ -20,6 +21,7 @@ devices), as ``--mesh seq=N`` would (:func:`split_long`; runner.judge_long_on_me
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 import logging
@@ -28,8 +30,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+import yaml
 from tqdm.auto import tqdm
 
 from longrm_jax.cli_support import visible_gpu_ids
@@ -248,21 +251,29 @@ def _stop_all(procs: list[subprocess.Popen], sig: int) -> None:
             proc.kill()
 
 
-def run_replicas(save_path: str, shares: list[list[EvalSample]], devices: list[str],
-                 child_argv: Callable[[str, str], list[str]], progress: bool = True) -> None:
-    """Start one replica per share (``child_argv(save_dir, samples_file)``: its command-line arguments) on its
-    device, show their joint progress and wait for all; the first failure stops the others and raises
-    :class:`ReplicaFailed` with its log's error line. Ctrl-C (or SIGTERM) is passed on, so each replica journals what
-    it finished for ``--resume``."""
+def replica_config(cfg, directory: str, share: list[EvalSample]):
+    """A replica's settings: the run's ``cfg`` (an ``EvalConfig``) for the samples of ``share`` alone, saved in
+    ``directory``, one process, no progress bar, no verdict check (the merged run checks), and the save path's
+    state as the parent found it (``--resume``, else replaced)."""
+    return dataclasses.replace(cfg, save_path=directory, only_samples=[s.where for s in share], replicas="1",
+                               progress=False, allow_no_verdicts=True, resume=cfg.resume, overwrite=not cfg.resume)
+
+
+def run_replicas(cfg, shares: list[list[EvalSample]], devices: list[str]) -> None:
+    """Start one replica per share on its device (``python -m longrm_jax.evaluate --config`` its
+    :func:`replica_config`, written beside its log), show their joint progress and wait for all; the first failure
+    stops the others and raises :class:`ReplicaFailed` with its log's error line. Ctrl-C (or SIGTERM) is passed on,
+    so each replica journals what it finished for ``--resume``."""
+    save_path, progress = cfg.resolved_save_path(), cfg.progress
     procs, logs = [], []
     for index, (share, device) in enumerate(zip(shares, devices)):
         directory = replica_dir(save_path, index)
         os.makedirs(directory, exist_ok=True)
-        samples_file = os.path.join(directory, "samples.json")
-        with open(samples_file, "w", encoding="utf-8") as handle:
-            json.dump([s.where for s in share], handle)
+        config_file = os.path.join(directory, "config.yaml")
+        with open(config_file, "w", encoding="utf-8") as handle:
+            yaml.safe_dump(replica_config(cfg, directory, share).to_dict(), handle, sort_keys=False)
         logs.append(os.path.join(directory, "evaluate.log"))
-        procs.append(_start(index, device, child_argv(directory, samples_file), logs[-1]))
+        procs.append(_start(index, device, ["--config", config_file], logs[-1]))
         logger.info("replica %d on %s: %d samples, log %s", index, "the CPU" if device == "cpu" else f"GPU {device}",
                     len(share), logs[-1])
     previous = signal.signal(signal.SIGTERM, lambda *_: (_stop_all(procs, signal.SIGTERM), sys.exit(143)))
@@ -340,7 +351,7 @@ def merged_slow_paths(save_path: str, replicas: int) -> dict[str, int]:
     return counts
 
 
-def judge_on_replicas(cfg, samples: list[EvalSample], replica_argv: Callable[[str, str], list[str]]
+def judge_on_replicas(cfg, samples: list[EvalSample]
                       ) -> tuple[dict[tuple[str, int], dict], list[EvalSample], int, Timings] | None:
     """Judge ``samples`` with one process per device (:func:`plan_replicas` on ``cfg``, an ``EvalConfig``):
     (predictions by (file, row) of the samples the replicas judged, the samples too long for one device, left
@@ -351,7 +362,7 @@ def judge_on_replicas(cfg, samples: list[EvalSample], replica_argv: Callable[[st
     logger.info("replicas: %s", reason)
     if not devices:
         return None
-    long = split_long(samples, config, cfg.dtype, is_disrm=cfg.is_disrm, max_new_tokens=cfg.max_new_tokens,
+    long = split_long(samples, config, cfg.dtype, is_disrm=cfg.is_disrm, max_new_tokens=cfg.judgement_budget,
                       device_memory=None if devices[0] == "cpu" else gpu_memory_bytes(devices[0]),
                       max_tokens=cfg.replica_max_tokens)
     too_long = [s for s, is_long in zip(samples, long) if is_long]
@@ -363,12 +374,12 @@ def judge_on_replicas(cfg, samples: list[EvalSample], replica_argv: Callable[[st
     timings = Timings()
     if fitting:
         costs = [sample_cost(s, config, is_disrm=cfg.is_disrm, both_orders=cfg.both_orders,
-                             max_new_tokens=cfg.max_new_tokens, share_prompt=cfg.share_prompt) for s in fitting]
+                             max_new_tokens=cfg.judgement_budget, share_prompt=cfg.share_prompt) for s in fitting]
         shares = [[fitting[i] for i in share] for share in share_out(costs, len(devices))]
         shares, used = zip(*[(share, d) for share, d in zip(shares, devices) if share])  # fewer samples than GPUs
         save = cfg.resolved_save_path()
         begin = time.time()
-        run_replicas(save, list(shares), list(used), replica_argv, progress=cfg.progress)
+        run_replicas(cfg, list(shares), list(used))
         predictions = merged_predictions(save, fitting, len(shares))
         timings.set(**merged_timings(save, len(shares)))
         timings.set(judging_wall_s=time.time() - begin)  # processes started, run and merged

@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import time
-from collections.abc import Sequence
 
 import jax
 import numpy as np
@@ -33,8 +32,8 @@ from tqdm.auto import tqdm
 
 from longrm_jax.data.records import DataError
 from longrm_jax.evaluation import longform, replicas
+from longrm_jax.evaluation.config import EvalConfig
 from longrm_jax.evaluation.encoding import (
-    UPSTREAM_MAX_LENGTH,
     ModelDirError,
     disrm_sequences_batch,
     load_chat_tokenizers,
@@ -45,7 +44,6 @@ from longrm_jax.evaluation.judging import disrm_prediction, judged_orders
 from longrm_jax.evaluation.outputs import summarize, write_outputs
 from longrm_jax.evaluation.partial import PartialResults, result_settings
 from longrm_jax.evaluation.samples import (
-    DEFAULT_SEED,
     LONG_FORM,
     BenchDataError,
     EvalSample,
@@ -73,51 +71,6 @@ class SavePathInUseError(FileExistsError):
 USER_ERRORS = (BenchDataError, DataError, ModelDirError, CheckpointError, SavePathInUseError)
 # What an evaluation writes into --save-path (besides {Task}.jsonl): their presence marks earlier results.
 RESULT_NAMES = ("results.json", "results.csv", "predictions.jsonl", "timings.json", "partial", "replicas")
-
-
-@dataclasses.dataclass
-class EvalConfig:
-    """Settings of one evaluation run (the CLI flags of ``python -m longrm_jax.evaluate``)."""
-
-    model_path: str
-    data_path: str
-    save_path: str | None = None
-    is_disrm: bool = False
-    tasks: Sequence[str] | None = None
-    max_new_tokens: int = 2048
-    both_orders: bool = False
-    batch_size: int | None = None  # None: DisRM 4 rows; GRM slots from the device's memory
-    max_batch_tokens: int | None = 131_072  # DisRM and static GRM batches
-    static_batches: bool = False  # GRM: static length-bucket batches instead of continuous batching
-    decode_chunk: int = 16  # GRM continuous batching: decode steps per host round trip
-    decode_attention: str = "auto"  # GRM: attention of a decode step (evaluation.grm.generation.prepare_for_decoding)
-    unroll_decode_layers: str = "auto"  # GRM, decode kernel: unrolled layer loop (auto: see unroll_decode_layers)
-    device_memory_gib: float | None = None  # GRM: memory to size the slot pool by (default: the device's)
-    simulate_judgement_lengths: bool = False  # benchmarks: per-prompt budgets (evaluation.grm.simulated_lengths)
-    queue: str = "run"  # GRM: one generation queue for the run's task files ("run") or one per file ("per-task")
-    mesh: dict[str, int] | None = None
-    replicas: str = "auto"  # one process per GPU, each on a share of the samples (evaluation.replicas)
-    replica_max_tokens: int | None = None  # longer samples skip the replicas for a seq mesh (None: by memory)
-    only_samples: Sequence[str] | None = None  # a replica's share: EvalSample.where of the samples to judge
-    max_length: int | None = UPSTREAM_MAX_LENGTH  # None: no truncation
-    seed: int = DEFAULT_SEED
-    dtype: str = "auto"  # "auto": DisRM the checkpoint's dtype, GRM bfloat16 (resolve_dtype)
-    limit: int | None = None  # at most this many samples per task file (smoke runs)
-    share_prompt: bool = False  # DisRM: run each sample's common prompt prefix once (single device)
-    resume: bool = False  # reuse per-task predictions in save_path/partial from a run with the same settings
-    overwrite: bool = False  # replace the results of an earlier evaluation in save_path (else refused)
-    progress: bool = True
-    task_types: Sequence[str] | None = None  # e.g. ("PairWise",): evaluate only those Long-RewardBench samples
-    # GRM on Long-form files (evaluation.longform): "upstream" (the benchmark's raw-text protocol, exactly),
-    # "pointwise" (ours: chat template, lenient parser) or "joint" (all answers ranked in one prompt)
-    longform_protocol: str = "upstream"
-    longform_max_new_tokens: int | None = None  # Long-form upstream protocol: None -> 1,024 (its script's)
-    chat_template: str | None = None  # Jinja template file replacing (or supplying) the tokenizer's
-
-    def resolved_save_path(self) -> str:
-        if self.save_path:
-            return self.save_path
-        return os.path.join("results", os.path.basename(os.path.normpath(self.model_path)))
 
 
 def check_save_path(cfg: EvalConfig) -> None:
@@ -204,7 +157,7 @@ def unroll_decode_layers(cfg: EvalConfig, samples: int) -> bool:
         raise ValueError(f"unroll_decode_layers must be auto, on or off, got {cfg.unroll_decode_layers!r}")
     if cfg.unroll_decode_layers != "auto":
         return cfg.unroll_decode_layers == "on"
-    return samples * cfg.max_new_tokens >= UNROLL_MIN_DECODE_TOKENS
+    return samples * cfg.judgement_budget >= UNROLL_MIN_DECODE_TOKENS
 
 
 def load_model(cfg: EvalConfig, mesh, samples: int = 0):
@@ -285,14 +238,14 @@ def _by_file(samples: list[EvalSample]) -> list[tuple[str, list[EvalSample]]]:
     return list(groups.items())
 
 
-def run_evaluation(cfg: EvalConfig, replica_argv=None) -> dict:
+def run_evaluation(cfg: EvalConfig) -> dict:
     """Evaluate ``cfg.model_path`` on ``cfg.data_path``; returns the summary written to ``results.json``.
-    ``replica_argv(save_dir, samples_file)``: the command-line arguments of a replica process (the CLI gives
-    it); with it, ``cfg.replicas`` may share the samples out to one process per GPU (evaluation.replicas)."""
+    ``cfg.replicas`` other than 1 may share the samples out to one process per GPU (evaluation.replicas), each
+    started with ``cfg`` for its share."""
     started = time.time()
     cfg, samples, grm_tokenizer, disrm_tokenizer = prepare_run(cfg)
-    if replica_argv is not None:
-        routed = replicas.judge_on_replicas(cfg, samples, replica_argv)
+    if cfg.replicas != "1":
+        routed = replicas.judge_on_replicas(cfg, samples)
         if routed is not None:
             by_place, too_long, devices, timings = routed
             if too_long:

@@ -18,11 +18,20 @@ import yaml
 from longrm_jax.training.config_schema import (  # noqa: F401 - the schema's names, where load_config's users look
     ON_CORRUPT, CheckpointSection, ConfigError, DataSection, DistributedSection, LoraSection, LossSection, ModelSection,
     OptimSection, ProfileSection, TrainConfig)
-from longrm_jax.flag_files import yaml_error_line  # noqa: F401 - also this module's, for its users
 from longrm_jax.training.mesh_config import MESH_BY_HAND, MeshSection, spelled_out
 
 
 MAX_INT = 2**31 - 1  # the largest integer a setting may hold
+
+
+def yaml_error_line(path: str | Path, error: Exception) -> str:
+    """A YAML parse error as one line naming the file, line and column (PyYAML's own text spans several lines
+    and quotes the source)."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    context = getattr(error, "context", None)
+    return f"{where}: invalid YAML: {problem}" + (f" ({context})" if context else "")
 
 
 def _field_types(cls) -> dict[str, Any]:

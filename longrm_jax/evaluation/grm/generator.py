@@ -15,7 +15,7 @@ def make_generator(cfg, model, tokenizer, mesh, letter_ids=()):
     memory = int(cfg.device_memory_gib * GiB) if cfg.device_memory_gib else None
     return GreedyGenerator(
         model, pad_id=tokenizer.pad_id, stop_ids=stop_token_ids(cfg.model_path, tokenizer),
-        max_new_tokens=cfg.max_new_tokens, letter_ids=letter_ids, batch_size=cfg.batch_size,
+        max_new_tokens=cfg.judgement_budget, letter_ids=letter_ids, batch_size=cfg.batch_size,
         max_batch_tokens=cfg.max_batch_tokens, mesh=mesh, continuous=not cfg.static_batches,
         decode_chunk=cfg.decode_chunk, memory_bytes=memory)
 
@@ -25,4 +25,4 @@ def simulated_budgets(cfg, prompts) -> list[int] | None:
     if not cfg.simulate_judgement_lengths:
         return None
 
-    return judgement_lengths(prompts, cfg.max_new_tokens)
+    return judgement_lengths(prompts, cfg.judgement_budget)

@@ -201,7 +201,7 @@ def judge_grm_files(cfg, files: Sequence[tuple[str, list[EvalSample]]], model, t
 def prompt_weights(cfg, generator, model, prompts, budgets) -> tuple[list[float], float | None]:
     """(each prompt's estimated seconds: the progress bar's weights, the run's estimated seconds or None); logs
     the estimate. Static batches (no slot plan): weights of prompt plus budget tokens, no estimate."""
-    budgets = budgets or [cfg.max_new_tokens] * len(prompts)
+    budgets = budgets or [cfg.judgement_budget] * len(prompts)
     lengths = [len(p) for p in prompts]
     pools = generator.slot_plan(lengths)
     if pools is None:
