@@ -9,14 +9,15 @@ causal *within* each sequence and never computes the blocks across sequences, wh
 does (it only masks them).
 
 **Views.** cuDNN sizes its backward workspace by the slabs it could be given: about 32 KB per (slab x L)
-token, V * M slabs of L tokens each (H200, 32 query heads of 128: a 64K-token row with M = 8 took 17.1 GiB of
-temporaries, two 32K rows without packing 3.0). So the bound M must stay small whatever a row holds. The
-backward therefore looks at the batch through a *view*: the [B, T] tokens as V = B * T / L rows of L tokens
-(a free reshape), L = T / 2^j. A run is placed in the view row where it starts, at its offset there; it may
-run on past that view row's end (cuDNN addresses sequences by flat offset). A view works when every run is at
-most L long and no view row holds more than M starts; the first view that works (j = 0, 1, ...) is taken, on
-the device (``lax.switch``), and rows no view can hold take the fallback (tokamax's backward). The workspace is
-M x B x T x 32 KB in every view: M = ``DEFAULT_MAX_RUNS`` (4) costs twice the unpacked rows' workspace at most.
+token, V * M slabs of L tokens each (32 query heads of 128: a 64K-token row with M = 8 takes 17.1 GiB of
+temporaries, two 32K rows without packing 3.0; docs/packed_attention.md, "How the backward is fed"). So the
+bound M must stay small whatever a row holds. The backward therefore looks at the batch through a *view*: the
+[B, T] tokens as V = B * T / L rows of L tokens (a free reshape), L = T / 2^j. A run is placed in the view row
+where it starts, at its offset there; it may run on past that view row's end (cuDNN addresses sequences by flat
+offset). A view works when every run is at most L long and no view row holds more than M starts; the first view
+that works (j = 0, 1, ...) is taken, on the device (``lax.switch``), and rows no view can hold take the fallback
+(tokamax's backward). The workspace is M x B x T x 32 KB in every view: M = ``DEFAULT_MAX_RUNS`` (4) costs
+twice the unpacked rows' workspace at most.
 
 - ``view_runs(segment_ids, view_len, max_starts)``: the runs of equal ids of the rows (padding included: a
   run of zeros is a sequence of its own, which is exactly our mask, "padding attends only to padding"), placed
@@ -25,8 +26,8 @@ M x B x T x 32 KB in every view: M = ``DEFAULT_MAX_RUNS`` (4) costs twice the un
 - ``packed_stats(lse, runs)``: the softmax statistics the ragged backward reads: [V * M, H, L] fp32, one dense
   [H, L] slab per run in run order, position t of a slab being the t-th token *of that run* (found by running
   cuDNN's packed forward and comparing its statistics with each sequence's LSE: the probe of
-  scripts/bench_packed_attention.py, max difference 1.9e-6 on an H200). Our kernels' LSE is [B, H, T] by row
-  position, so the backward copies one window per run.
+  scripts/bench_packed_attention.py, max difference 1.9e-6; docs/packed_attention.md). Our kernels' LSE is
+  [B, H, T] by row position, so the backward copies one window per run.
 - ``flash_backward_packed(...)``: cuDNN's backward in the first view that holds the batch, from the given out
   and LSE (tokamax's forward, as in the ``pallas`` hybrid), else the given fallback backward (tokamax's), so
   nothing is ever computed with a wrong mask.

@@ -29,10 +29,10 @@ from jax.experimental.pallas import triton as plgpu
 
 # Query rows per program are padded to this: Triton's tensor-core dot needs at least 16 rows.
 _MIN_DOT_ROWS = 16
-# Programs to aim for at batch 1: about two per streaming multiprocessor (132 on an H100 / H200). Timed on an
-# H200 (Qwen3-8B's 36 layers at 32K slots): 32 chunks per kv head (256 programs) with 3 pipeline stages 2% faster
-# than 64 at batch 1 and 3% at batch 8 (with 2 stages, 15% slower at batch 1); 16 chunks 30% slower at batch 1.
-# Fewer chunks also mean less to combine (docs/perf_eval.md, "The decode kernel").
+# Programs to aim for at batch 1: about two per streaming multiprocessor (132 on an H100 / H200). For Qwen3-8B's
+# 36 layers at 32K slots, 32 chunks per kv head (256 programs) with 3 pipeline stages are 2% faster than 64 at
+# batch 1 and 3% at batch 8 (with 2 stages, 15% slower at batch 1); 16 chunks are 30% slower at batch 1. Fewer
+# chunks also mean less to combine (docs/perf_eval.md, "The decode kernel").
 _TARGET_PROGRAMS = 256
 _NEG = -1e30  # score of a masked slot (finite: exp(_NEG - m) is exactly 0 and never NaN)
 

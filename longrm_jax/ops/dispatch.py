@@ -2,8 +2,8 @@
 
 ``auto`` picks ring attention when the current mesh has a ``seq`` axis of size > 1; otherwise the fastest
 kernel for fwd+bwd that can honour the requested mask on the target devices (``parallel.target``: the
-current mesh's, so a program compiled for a TPU topology from a CPU host picks splash) (H200, 32K-128K: the hybrid ``pallas``
-> ``cudnn`` > ``pallas-mosaic``; see docs/benchmarks.md).
+current mesh's, so a program compiled for a TPU topology from a CPU host picks splash); on a GPU at 32K-128K the
+hybrid ``pallas`` > ``cudnn`` > ``pallas-mosaic`` (docs/benchmarks.md, "attention kernels").
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def _half_precision(dtype) -> bool:
 
 @functools.cache
 def warn_missing_tokamax(fallback: str) -> None:
-    """Once per process: without tokamax a GPU runs a slower kernel (measured: 43.8% instead of 48.3% MFU
-    training Qwen3-8B at 2 x 32K tokens on an H200), which otherwise goes unnoticed."""
+    """Once per process: without tokamax a GPU runs a slower kernel (Qwen3-8B at 2 x 32K tokens trains at
+    43.8% MFU instead of 48.3%), which otherwise goes unnoticed."""
     reason = flash.tokamax_unavailable_reason() or "not installed"
     fix = ("install the GPU extra: pip install \"longrm_jax[gpu]\"" if reason == "not installed" else
            "repair the GPU extra: pip install --force-reinstall \"longrm_jax[gpu]\"")
@@ -81,8 +81,8 @@ def local_impl(impl="auto", *, has_segment_ids=False, dtype=None, window=None):
                           "bfloat16), as the shipped configs train")
         return "xla"
     if target.is_gpu:
-        # fwd+bwd on H200 (TFLOP/s at 32K): hybrid pallas ~ cuDNN's backward + a faster forward > cudnn 550
-        # > tokamax mosaic alone 488. Only tokamax honours segment ids.
+        # fwd+bwd TFLOP/s at 32K (docs/benchmarks.md, "attention kernels"): hybrid pallas ~ cuDNN's backward +
+        # a faster forward > cudnn 550 > tokamax mosaic alone 488. Only tokamax honours segment ids.
         if flash.hybrid_available(target) or (has_segment_ids and flash.tokamax_available()
                                               and target.compute_capability >= 9.0):
             return "pallas"

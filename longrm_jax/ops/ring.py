@@ -86,11 +86,11 @@ def _zigzag_pairs(src, me, c):
 
 # Side of the sub-blocks that packed rows' off-diagonal zigzag calls are cut into, so that a sub-block across
 # sequences skips its kernel. Finer tracks the segments more closely but runs more kernels, each with its
-# accumulator merge and a cond. On 2 x H200 (docs/perf_training.md, "Packed rows over the ring") 8K sides made a
-# 20K-sequence row's step 26% shorter than whole blocks. Unrolled, they also made its compile 3 minutes longer (a
-# kernel instance per sub-block); run in a loop per shape (``_over_sub_pairs``) the shipped config's step compiles
-# in 109 s against 70 s uncut (deviceless, this host). Cuts fall on multiples of SUB_BLOCK_ALIGN tokens (the kernels' largest
-# tile), so a 32,000-token chunk (128,000-token rows over seq=2) becomes sides of 7,936 and 8,064.
+# accumulator merge and a cond. 8K sides make a 20K-sequence row's step 26% shorter than whole blocks. Unrolled,
+# every sub-block is a kernel instance of its own; run in a loop per shape (``_over_sub_pairs``), the shipped
+# config's step compiles in 109 s against 70 s uncut (docs/perf_training.md, "Packed rows over the ring"). Cuts
+# fall on multiples of SUB_BLOCK_ALIGN tokens (the kernels' largest tile), so a 32,000-token chunk (128,000-token
+# rows over seq=2) becomes sides of 7,936 and 8,064.
 PACKED_SUB_BLOCK = 8192
 SUB_BLOCK_ALIGN = 128
 
