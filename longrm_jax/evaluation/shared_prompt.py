@@ -82,8 +82,8 @@ def _jitted(max_len: int, chunk: int):
 
 
 # What one more prefix bucket must save to be worth its compile, in forward FLOPs: ~4-5 s to compile the
-# prefill and suffix programs of an 8B model (one H200: 37.6 s of first calls for six buckets, their own runs
-# included; docs/perf_eval.md, "Buckets fitted to the run") at ~450 TFLOP/s of prefill. A heuristic: it trades
+# prefill and suffix programs of an 8B model (37.6 s of first calls for six buckets, their own runs included;
+# docs/perf_eval.md, "Buckets fitted to the run") at ~450 TFLOP/s of prefill. A heuristic: it trades
 # padding against compiles only, scores do not depend on it.
 NEW_BUCKET_FLOPS = 2e15
 

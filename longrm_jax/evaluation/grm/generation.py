@@ -62,8 +62,8 @@ def prepare_for_decoding(model, mesh: Mesh | None = None, decode_attention: str 
     stacked cache in place (``pallas``) on one GPU, XLA's formulation elsewhere (the kernel is not partitioned
     over a mesh). With the kernel, decode steps also unroll the layer loop (``ModelConfig.unroll_cached_layers``)
     unless ``unroll_layers`` is False: no loop counter, weight slices or layer-index copies per layer, ~5% faster
-    per token at batch 1 (H200, Qwen3-8B, 32K: 164 -> 173 tokens/s) for ~8 s more compile per decode program
-    (docs/perf_eval.md; the evaluator decides by the run's size, ``evaluation.runner.unroll_decode_layers``).
+    per token at batch 1 for ~8 s more compile per decode program (docs/perf_eval.md, "The unrolled decode step";
+    the evaluator decides by the run's size, ``evaluation.runner.unroll_decode_layers``).
 
     ``mlp_chunk_tokens``: prompts longer than this run their MLPs in token chunks (0: whole prompts); decode
     steps (one token) are unaffected."""
