@@ -176,8 +176,8 @@ class CheckpointSection:
     keep: int = ranged(3, ">= 1")  # checkpoints kept (the newest ones)
     # Write a save while the next steps run (true) or before they start (false). null: asynchronous unless the
     # step keeps pinned host memory (offloaded activations or optimizer state): an asynchronous save holds a host
-    # copy of the whole state beside the running step's pinned buffers, which killed an 8B full-parameter run
-    # with its moments on the host of a 128 GB H100 machine (docs/perf_training.md, "Checkpoints and pinned host").
+    # copy of the whole state beside the running step's pinned buffers, more than 128 GiB of host RAM holds for an
+    # 8B full-parameter run with its moments on the host (docs/perf_training.md, "Checkpoints and pinned host").
     async_save: bool | None = None
     # A fresh (not --resume) run into a directory that already holds checkpoints: replace them (true) or stop
     # with an error (false).

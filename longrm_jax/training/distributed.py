@@ -18,10 +18,9 @@ from longrm_jax.training.config_schema import DistributedSection
 log = logging.getLogger(__name__)
 
 # The largest share of each GPU JAX's allocator may take in a multi-process run. NCCL allocates its buffers
-# for other processes' GPUs outside that pool: at the README's 0.95, the 4 GiB left of an 80 GiB H100 ran out
-# ("Cuda failure 2 'out of memory'" in the update's collectives) with 4 processes of one GPU each, where one
-# process driving the same 4 GPUs, or 4 processes on 141 GiB H200s, fitted (docs/benchmarks.md: "4 processes",
-# in the first 4 x H100 call).
+# for other processes' GPUs outside that pool: with 4 processes of one GPU each, the README's 0.95 leaves 4 GiB
+# of an 80 GiB GPU, too little ("Cuda failure 2 'out of memory'" in the update's collectives), where one process
+# driving the same 4 GPUs, or 4 processes on 141 GiB GPUs, fit (docs/benchmarks.md, the "4 processes" paragraph).
 MULTI_PROCESS_GPU_MEM_FRACTION = 0.90
 
 # Environment variables that mean "this is one process of a multi-process job".

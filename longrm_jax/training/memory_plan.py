@@ -59,9 +59,9 @@ class ProgramMemory:
     ``aliased`` (outputs written into donated arguments) and ``temp`` from XLA's memory analysis; ``host``: the
     bytes the program keeps in host memory per device (offloaded activations), zero for on-device policies. The state is
     counted separately because a jitted program's own argument size leaves out arguments it does not read (the
-    gradient program never reads the optimizer moments), yet they occupy the device all along: on an H200
-    (Qwen3-8B, 2 x 32K, BT) this gives 105.0 GiB for a measured peak of 105.0 GiB, where the arguments alone
-    gave 76.8.
+    gradient program never reads the optimizer moments), yet they occupy the device all along (Qwen3-8B,
+    2 x 32K, BT: 105.0 GiB counted this way for a measured peak of 105.0, 76.8 from the arguments alone;
+    docs/perf_training.md, "The product path: the trainer's own step").
     """
 
     name: str

@@ -34,9 +34,10 @@ from longrm_jax.training.model_setup import codec_for
 from longrm_jax.training.state import abstract_state
 
 
-# A fitting candidate this close to the budget is "tight": fewer bytes per step do not outweigh the risk. Measured:
-# ZeRO-1 data parallel at 127.4 of 128.8 GiB (Qwen3-8B fp32 weights, a 128,000-token row per H200) ran out of
-# memory at run time allocating its 74 GiB of temporaries; FSDP's step at about 100 GiB ran.
+# A fitting candidate this close to the budget is "tight": fewer bytes per step do not outweigh the risk that the
+# run cannot place a large temporary block (Qwen3-8B, fp32 weights, a 128,000-token row per GPU: ZeRO-1 predicted
+# at 127.4 of 128.8 GiB runs out of memory allocating its 74 GiB of temporaries, FSDP at 106 GiB runs;
+# docs/perf_training.md, "The shipped SimPO config on four GPUs").
 TIGHT_SHARE = 0.08
 
 

@@ -195,9 +195,9 @@ class TrainStep:
     ``update(state, grads, aux) -> (state, metrics)`` (the optimizer).
 
     Why two programs: the update does not depend on the batch shape, so it compiles once for every bucket and
-    groups bound; on an H200 the split costs nothing measurable (Qwen3-8B, 2 x 8K tokens: gradient program
-    1.74 s, update 0.03 s, both in a row 1.76 s; docs/perf_training.md). Calling the (unjitted) object runs
-    both, e.g. inside another transformation.
+    groups bound; the split costs nothing measurable (Qwen3-8B, 2 x 8K tokens: gradient program 1.74 s, update
+    0.03 s, both in a row 1.76 s; docs/perf_training.md, "The one-GPU Bradley-Terry step"). Calling the
+    (unjitted) object runs both, e.g. inside another transformation.
     """
 
     gradients: Callable
