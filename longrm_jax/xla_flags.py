@@ -2,7 +2,7 @@
 
 The layers are stacked and run under ``jax.lax.scan``, so every layer reads its weights through a dynamic
 slice of the stacked arrays. XLA's Triton matmuls cannot take such a slice as an operand, so XLA copies each
-layer's q/o/gate/up/down slice before its matmul (compiled H200 program of a Qwen3-8B decode step: five async
+layer's q/o/gate/up/down slice before its matmul (a compiled Qwen3-8B decode step: five async
 ``dynamic_slice`` copies per layer, 25 GB written and read again per step, where the whole step must read
 only 20 GB). With cuBLAS matmuls and XLA's dynamic-slice fusion the matmul reads the slice where it lies.
 For a 32K-token prefill the copies are noise (< 1%); for decoding they are most of the step.
@@ -22,9 +22,9 @@ GPU_DECODE_XLA_FLAGS = ("--xla_gpu_enable_dynamic_slice_fusion=true", "--xla_gpu
 
 # Training with ``remat="save_attention_out"``: XLA's dynamic-slice fusion (on by default in jax 0.11.2's XLA)
 # clones the attention kernel's custom call so that one copy writes its output straight into the scan's stacked
-# residual buffer, i.e. the forward kernel runs twice per layer and the saved recompute is lost (compiled H200
-# training step, Qwen3-8B shapes: two ``flash_attention_sm90`` calls in the forward loop body; one with the flag
-# off). See docs/perf_training.md. Do not combine with GPU_DECODE_XLA_FLAGS in the same process.
+# residual buffer, i.e. the forward kernel runs twice per layer and the saved recompute is lost (a compiled
+# Qwen3-8B training step: two ``flash_attention_sm90`` calls in the forward loop body; one with the flag off).
+# See docs/perf_training.md. Do not combine with GPU_DECODE_XLA_FLAGS in the same process.
 GPU_TRAIN_XLA_FLAGS = ("--xla_gpu_enable_dynamic_slice_fusion=false",)
 
 log = logging.getLogger(__name__)
@@ -56,14 +56,14 @@ def add_gpu_xla_flags(flags=GPU_DECODE_XLA_FLAGS, environ=None) -> str:
 # forward's gather at the top of its own layer with almost nothing to hide behind (compiled h100x8 FSDP step: 2
 # fusions between its start and done); pipelined, the gather runs behind the previous layer's attention kernel
 # and matmuls. The pipelining flags are process-wide (the training CLI sets them before the backend starts); the
-# rest go per program (``jax.jit``'s ``compiler_options``), so a one-GPU or CPU program compiles as before.
-# Measured on 4 x H200, Qwen3-8B SimPO 2 x 32K per GPU under mesh.fsdp=4: 23,124 -> 23,757 tokens/s (+2.7%) with
-# all of them set through XLA_FLAGS, the memory plan unchanged (docs/perf_training.md). Structure test:
+# rest go per program (``jax.jit``'s ``compiler_options``), so a one-GPU or CPU program compiles without them.
+# With all of them set, Qwen3-8B SimPO 2 x 32K per GPU under mesh.fsdp=4 runs 2.7% faster, the memory plan
+# unchanged (docs/perf_training.md, "Four GPUs of one host"). Structure test:
 # tests/test_gpu_collective_overlap.py, which also compiles every option. A flag the user set in XLA_FLAGS wins.
 GPU_MESH_XLA_FLAGS = (
     # start layer i+1's weight all-gather during layer i's iteration of the scan (forward and backward), and
     # finish layer i's gradient reduce-scatter during the next: only collectives inside loops are touched, so a
-    # one-GPU program compiles as before. Process-wide flags: jax 0.11.2's XLA refuses them as compile options.
+    # one-GPU program compiles without them. Process-wide flags: jax 0.11.2's XLA refuses them as compile options.
     "--xla_gpu_enable_pipelined_all_gather=true",
     "--xla_gpu_enable_pipelined_reduce_scatter=true",
 )

@@ -3,7 +3,7 @@
 ``model.remat: auto`` compiles several candidate train steps, and most of those that do not fit the device make
 XLA print lines meant for XLA's own developers: the GPU scheduler's "The byte size of input/output arguments
 (...) exceeds the base limit (...). This indicates an error in the calculation!" (46 of them for one
-Qwen3-8B ``--compile-only`` on an H100) and the rematerialization pass's "Can't reduce memory use below ...".
+Qwen3-8B ``--compile-only`` for ``h100x1``) and the rematerialization pass's "Can't reduce memory use below ...".
 The plan reports every candidate's memory itself. XLA writes these lines from C++ straight to file descriptor
 2, so no Python logging setting reaches them: :func:`quiet_xla_memory_lines` routes descriptor 2 through a
 filter process while it is active, which passes every other line through as it comes and counts the hidden

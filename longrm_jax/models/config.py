@@ -109,8 +109,8 @@ class ModelConfig:
     mlp_chunk_tokens: int = 0
     # Under an offloading remat policy (offload_layer_inputs*): how many layers, the first ones, save to pinned
     # host memory; the others keep what they save on the device (``full`` / ``save_attention_out``). None: all.
-    # For steps whose offloaded activations outgrow the host while the device has room (a 2 x 256K LoRA pair on
-    # one H200: 128 GiB of layer inputs, 128 GiB of host RAM). Ignored by the other policies.
+    # For steps whose offloaded activations outgrow the host while the device has room (an 8B 2 x 256K LoRA pair:
+    # 128 GiB of layer inputs, as much as a 128 GiB host has). Ignored by the other policies.
     offloaded_layers: int | None = None
     scan_layers: bool = True
     # Cached calls other than a prefill (decode steps, suffix chunks) unroll the layer loop when set: each layer's

@@ -299,11 +299,11 @@ def _single_query_attention(q_bkgh, k_bskh, v_bskh, mask_bs, scale):
     """One query per row (a decode step) over the cache: [B, K, G, H] float32.
 
     Two batched matmuls (cuBLAS) that read each layer's keys and values in place, with the value product split
-    into ``_DECODE_VALUE_SPLITS`` chunks of the cache. Timed on an H200 (36 layers' attention over a stacked
-    Qwen3-8B cache of 32,768 slots, inside the layer scan, decode XLA flags): 12.5 ms per token at batch 1 as
-    the earlier multiply + reduce formulation (XLA reduction fusions at ~0.39 TB/s), 5.2 ms as two plain
-    matmuls, 4.4 ms with the split value product; batch 8: 102, 51 and 40 ms. Scores and softmax in float32;
-    the probabilities enter the value product in the cache's dtype with float32 accumulation (as HF's
+    into ``_DECODE_VALUE_SPLITS`` chunks of the cache: its B x K output tiles are too few blocks for a long
+    reduction. Over a stacked Qwen3-8B cache of 32,768 slots (36 layers, decode XLA flags) that is 4.4 ms per
+    token at batch 1 against 5.2 ms unsplit and 12.5 ms as a multiply + reduce (XLA reduction fusions at
+    ~0.39 TB/s); batch 8: 40, 51 and 102 ms (docs/perf_eval.md, "Decode on an H200"). Scores and softmax in
+    float32; the probabilities enter the value product in the cache's dtype with float32 accumulation (as HF's
     attention does).
     """
     f32 = jnp.float32
@@ -322,8 +322,9 @@ def _single_query_attention(q_bkgh, k_bskh, v_bskh, mask_bs, scale):
 # Remat policy ``save_attention_out``: keep the attention kernel's two forward outputs (output and LSE, named by
 # ``ops.flash`` inside its custom VJP's forward rule) and recompute everything else, q/k/v included.
 # Why names and not primitives: the kernels' own outputs are all the backward needs, but matching kernel
-# primitives (tokamax's ``mpmd_map``, its custom_vjp) also kept tokamax's internal residuals: the step's XLA
-# temp allocation for Qwen3-8B at 2 x 32K tokens (H200) was 78.8 GiB that way, 61.7 GiB with the names.
+# primitives (tokamax's ``mpmd_map``, its custom_vjp) also keeps tokamax's internal residuals: the step's XLA
+# temp allocation for Qwen3-8B at 2 x 32K tokens is 78.8 GiB that way, 61.7 GiB with the names
+# (docs/perf_training.md, "The one-GPU Bradley-Terry step").
 # Cost: one [T, N*H] bf16 output plus [N, T] fp32 per layer (19 GB over 36 layers at 64K tokens, Qwen3-8B).
 # Ring attention names its per-device out and LSE alike; ``xla`` has no names and simply recomputes, as ``full``.
 save_attention_policy = jax.checkpoint_policies.save_only_these_names(ATTENTION_OUT_NAME, ATTENTION_LSE_NAME)
@@ -349,7 +350,7 @@ def offload_policy(*names: str):
 
 
 # ``offload_layer_inputs``: like ``full`` (one saved tensor per layer, the layer input) but that tensor lives on
-# the host, so device activation memory no longer grows with depth x length.
+# the host, so device activation memory does not grow with depth x length.
 offload_layer_inputs_policy = offload_policy(LAYER_INPUT_NAME)
 # ``offload_layer_inputs_and_attention``: also the attention kernel's out and LSE (as ``save_attention_out``,
 # but on the host): no attention forward in the backward, twice the host memory and PCIe traffic.

@@ -85,10 +85,11 @@ class Topology:
 
 # A run on a GPU gives its programs the allocator's pool, XLA_PYTHON_CLIENT_MEM_FRACTION of the card (JAX's
 # default 0.75; the README advises 0.95 for long rows), less GPU_RUNTIME_HEADROOM: what a GPU needs beyond the
-# compiled program's figure, cuDNN's attention workspaces (measured on an H200, Qwen3-8B 2 x 64K: peak 119.8 GiB
-# for 115.8 predicted) and room against fragmentation (an H100 run planned at 74.7 of 75.2 GiB failed to place its
-# 60.4 GiB temporary block). training.memory_budget.device_budget takes the same off a real device's allocator
-# limit; an explicit memory_budget_gib is taken as given.
+# compiled program's figure, cuDNN's attention workspaces (Qwen3-8B 2 x 64K: peak 119.8 GiB for 115.8 predicted)
+# and room against fragmentation (a step planned at 74.7 of 75.2 GiB cannot place its 60.4 GiB temporary block);
+# docs/perf_training.md, "Predicted from the compiled program" and "The options and what they cost".
+# training.memory_budget.device_budget takes the same off a real device's allocator limit; an explicit
+# memory_budget_gib is taken as given.
 GPU_RUNTIME_HEADROOM = 4 * GiB
 ADVISED_GPU_MEM_FRACTION = 0.95
 
