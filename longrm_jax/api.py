@@ -298,20 +298,26 @@ class Judge:
         messages (a Long-RewardBench ``prompt_template``: the judge sees their contents joined by blank lines),
         ``kind`` as in :meth:`judge`."""
         _check_settings(max_new_tokens=max_new_tokens)
-        samples = [_sample(*example[:2], i, *example[2:]) for i, example in enumerate(examples)]
-        for sample in samples:
-            if len(sample.answers) < 2:
-                raise ValueError(f"a judgement needs at least 2 answers, got {len(sample.answers)}")
-        if not samples:
+        encoded = [self.encode(*example[:2], i, *example[2:]) for i, example in enumerate(examples)]
+        if not encoded:
             return []
-        encoded = [grm_prompt_ids(s, self.tokenizer, s.shown_order, self.cfg.max_length) for s in samples]
-        letters = verdict_letter_token_ids(self.tokenizer, max(len(s.answers) for s in samples))
+        letters = verdict_letter_token_ids(self.tokenizer, max(len(s.answers) for s, _, _ in encoded))
         cfg = dataclasses.replace(self.cfg, max_new_tokens=int(max_new_tokens))
         generator = make_generator(cfg, self.model, self.tokenizer, self.mesh, letters)
-        generations = generator.generate([ids for ids, _ in encoded], progress=progress, desc="judging")
-        return [self._judgement(s, g, ids, cut) for s, g, (ids, cut) in zip(samples, generations, encoded)]
+        generations = generator.generate([ids for _, ids, _ in encoded], progress=progress, desc="judging")
+        return [self.judgement(s, g, ids, cut) for (s, ids, cut), g in zip(encoded, generations)]
 
-    def _judgement(self, sample, generation, ids, truncated: bool) -> Judgement:
+    def encode(self, prompt: Prompt, answers: Sequence[str], index: int = 0, kind: str = "auto"):
+        """(the evaluator's sample, the judge prompt's token ids, whether its middle was cut) of one judgement;
+        its generation becomes a :class:`Judgement` by :meth:`judgement` (a server decodes it among others)."""
+        sample = _sample(prompt, answers, index, kind)
+        if len(sample.answers) < 2:
+            raise ValueError(f"a judgement needs at least 2 answers, got {len(sample.answers)}")
+        ids, cut = grm_prompt_ids(sample, self.tokenizer, sample.shown_order, self.cfg.max_length)
+        return sample, ids, cut
+
+    def judgement(self, sample, generation, ids, truncated: bool) -> Judgement:
+        """The :class:`Judgement` of ``sample``'s ``generation`` from its prompt ``ids`` (:meth:`encode`)."""
         letters = verdict_letter_token_ids(self.tokenizer, len(sample.answers))
         record = grm_prediction(sample, [sample.shown_order], [generation], self.tokenizer.hf, letters, [len(ids)],
                                 [truncated])

@@ -109,7 +109,7 @@ def test_judgement_reads_the_verdict_as_the_evaluator(monkeypatch):
                                             (["x", "y"], "no idea", None, [])):
         ids = np.asarray(tokenizer.encode(text), np.int32)
         generation = Generation(ids, np.zeros((len(ids), 3), np.float32), True)
-        out = judge._judgement(_sample("q", answers, kind="auto"), generation, ids, False)
+        out = judge.judgement(_sample("q", answers, kind="auto"), generation, ids, False)
         assert (out.verdict, out.ranking, out.best, out.parsed) == (verdict, ranking, ranking[0] if ranking else None,
                                                                     verdict is not None)
         assert out.text == tokenizer.hf.decode(ids.tolist(), skip_special_tokens=True)

@@ -167,3 +167,57 @@ def test_previous_pool_cache_released_before_next_pool(causal_lm, monkeypatch):
                     continuous=True, decode_chunk=2).generate(prompts, progress=False)
     assert len(seen) == 2
     assert seen[1][0] < seen[0][1], f"the first pool's cache ({seen[0][1]} bytes) was live: {seen}"
+
+
+class _ArrivingPrompts:
+    """A live source (evaluation.grm.continuous.LiveSource) whose second prompt arrives only after the first has
+    been asked for new work a few times, i.e. while the first one decodes."""
+
+    def __init__(self, first, later, arrives_at_ask: int):
+        self.waiting, self.later, self.arrives_at_ask = [first], later, arrives_at_ask
+        self.asks, self.delivered, self.stopping = 0, [], False
+
+    def next_length(self, timeout):
+        return len(self.waiting[0].prompt) if self.waiting else None
+
+    def take(self, limit, bucket):
+        self.asks += 1
+        if self.asks == self.arrives_at_ask:
+            self.waiting.append(self.later)
+        taken = [item for item in self.waiting[:limit] if len(item.prompt) <= bucket]
+        self.waiting = self.waiting[len(taken):]
+        return taken
+
+    def item(self, name, prompt, budget):
+        from longrm_jax.evaluation.grm.continuous import LiveItem
+
+        def deliver(result):
+            self.delivered.append((name, result))
+            self.stopping = len(self.delivered) == 2
+
+        return LiveItem(prompt, budget, deliver)
+
+
+def test_a_prompt_that_arrives_mid_decode_joins_the_running_pool(causal_lm):
+    """A server's live pool (GreedyGenerator.generate_live): a short judgement that arrives while a long one
+    decodes is admitted into the free slot at the next host round trip and delivered first, and both
+    generations equal what the evaluator's continuous batching gives the same prompts and budgets."""
+    path, _ = causal_lm
+    model = load_pretrained(path, dtype="float32")
+    rng = np.random.default_rng(5)
+    long_prompt, short_prompt = (rng.integers(5, VOCAB, n).astype(np.int32) for n in (40, 12))
+    generator = GreedyGenerator(model, pad_id=0, stop_ids=[], max_new_tokens=NEW_TOKENS, letter_ids=[37, 38],
+                                batch_size=2, continuous=True, decode_chunk=2)
+    source = _ArrivingPrompts(None, None, arrives_at_ask=3)
+    source.waiting = [source.item("long", long_prompt, NEW_TOKENS)]
+    source.later = source.item("short", short_prompt, 3)
+    pools = []
+    generator.generate_live(source, max_length=64, on_pool=pools.append)
+    assert [name for name, _ in source.delivered] == ["short", "long"]  # the short one did not wait for the long
+    assert len(pools) == 1 and pools[0].get("decode_calls") < NEW_TOKENS // 2 + 3
+    want = generator.generate([long_prompt, short_prompt], progress=False, budgets=[NEW_TOKENS, 3])
+    got = dict(source.delivered)
+    for name, expected in (("long", want[0]), ("short", want[1])):
+        np.testing.assert_array_equal(got[name].tokens, expected.tokens, err_msg=name)
+        np.testing.assert_allclose(got[name].letter_logprobs, expected.letter_logprobs, rtol=1e-6, err_msg=name)
+    assert len(got["short"].tokens) == 3 and len(got["long"].tokens) == NEW_TOKENS

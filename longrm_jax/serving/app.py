@@ -27,7 +27,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from longrm_jax.data.records import chat_messages_problem
-from longrm_jax.serving.batcher import QueueFull, RequestBatcher
+from longrm_jax.serving.batcher import LiveBatcher, QueueFull, RequestBatcher
 from longrm_jax.serving.config import ServeConfig
 
 logger = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class DisRMService:
 
         self.cfg = cfg
         self.rm = RewardModel.from_pretrained(cfg.model_path, dtype=None if cfg.dtype == "auto" else cfg.dtype,
-                                              max_length=cfg.max_length, batch_size=cfg.batch_size)
+                                              max_length=cfg.max_length)
         self.tokenizer = self.rm.tokenizer
         pad_id = self.rm.model.config.pad_token_id
         self.scorer = DisRMScorer(self.rm.model, self.tokenizer.pad_id if pad_id is None else pad_id,
@@ -158,48 +158,69 @@ class DisRMService:
         return [ids for ids, _ in pairs], [cut for _, cut in pairs]
 
 
+# The most answers one judgement may rank: the verdict letters A-Z the generator reads log-probs of.
+MAX_ANSWERS = 26
+
+
 class JudgeService:
-    """A generative judge: ``Judge.judge`` and greedy chat completions, requests decoded together."""
+    """A generative judge: ``Judge.judge`` and greedy chat completions. On one device every request's prompt
+    joins the running decode as soon as a slot frees up (``LiveBatcher``, continuous batching across requests);
+    on a mesh of several devices concurrent requests are decoded together in static batches."""
 
     kind = "grm"
 
     def __init__(self, cfg: ServeConfig):
         from longrm_jax.api import Judge  # noqa: PLC0415 - jax and the model load in the server's thread
+        from longrm_jax.evaluation.encoding import verdict_letter_token_ids  # noqa: PLC0415
 
         self.cfg = cfg
         self.judge = Judge.from_pretrained(cfg.model_path, dtype=None if cfg.dtype == "auto" else cfg.dtype,
                                            max_length=cfg.max_length)
         self.tokenizer = self.judge.tokenizer
-        self.batcher = RequestBatcher(self._compute, batch_size=cfg.batch_size, max_batch_tokens=1 << 62,
-                                      max_delay_ms=cfg.max_delay_ms, max_queue=cfg.max_queue)
+        self.letters = verdict_letter_token_ids(self.tokenizer, MAX_ANSWERS)
+        self.generator = self._generator(cfg.max_new_tokens)
+        if self.generator.continuous:
+            self.batcher = LiveBatcher(self._serve_live, max_queue=cfg.max_queue)
+        else:
+            self.batcher = RequestBatcher(self._compute, batch_size=cfg.batch_size, max_batch_tokens=1 << 62,
+                                          max_delay_ms=cfg.max_delay_ms, max_queue=cfg.max_queue)
 
-    def _compute(self, payloads: list) -> list:
-        """Judgements and completions of a batch, each kind decoded together, in the payloads' order."""
-        out: list = [None] * len(payloads)
-        judged = [(i, p) for i, p in enumerate(payloads) if p[0] == "judge"]
-        chats = [(i, p) for i, p in enumerate(payloads) if p[0] == "chat"]
-        for budget in sorted({p[2] for _, p in judged}):
-            group = [(i, p) for i, p in judged if p[2] == budget]
-            for (i, _), judgement in zip(group, self.judge.judge_prompts([p[1] for _, p in group],
-                                                                         max_new_tokens=budget)):
-                out[i] = judgement
-        for budget in sorted({p[2] for _, p in chats}):
-            group = [(i, p) for i, p in chats if p[2] == budget]
-            for (i, _), result in zip(group, self._complete([p[1] for _, p in group], budget)):
-                out[i] = result
-        return out
-
-    def _complete(self, prompts: Sequence[np.ndarray], max_new_tokens: int) -> list[tuple[str, int, bool]]:
-        """(text, generated tokens, stopped) of greedy decoding from each prompt's tokens."""
+    def _generator(self, max_new_tokens: int):
         import dataclasses  # noqa: PLC0415
 
         from longrm_jax.evaluation.grm.generator import make_generator  # noqa: PLC0415
 
         cfg = dataclasses.replace(self.judge.cfg, max_new_tokens=int(max_new_tokens))
-        generator = make_generator(cfg, self.judge.model, self.tokenizer, self.judge.mesh)
-        generations = generator.generate(list(prompts), progress=False, desc="completions")
-        return [(self.tokenizer.hf.decode(g.tokens.tolist(), skip_special_tokens=True), int(len(g.tokens)),
-                 bool(g.stopped)) for g in generations]
+        return make_generator(cfg, self.judge.model, self.tokenizer, self.judge.mesh, self.letters)
+
+    def _serve_live(self, source) -> None:
+        """The worker thread: every request's prompt decoded as a slot of the running pool."""
+        started = [time.perf_counter()]
+
+        def pool_done(timings) -> None:
+            self.batcher.record_pool(time.perf_counter() - started[0], int(timings.get("max_slots") or 0))
+            started[0] = time.perf_counter()
+
+        self.generator.generate_live(source, self.cfg.max_length, max_slots=self.cfg.batch_size, on_pool=pool_done)
+
+    def _compute(self, payloads: list) -> list:
+        """Generations of a batch of (prompt ids, budget), each budget's prompts decoded together (static)."""
+        out: list = [None] * len(payloads)
+        for budget in sorted({budget for _, budget in payloads}):
+            group = [i for i, (_, b) in enumerate(payloads) if b == budget]
+            generations = self._generator(budget).generate([payloads[i][0] for i in group], progress=False)
+            for i, generation in zip(group, generations):
+                out[i] = generation
+        return out
+
+    def encode_judgement(self, prompt: str, answers: list[str]):
+        """(sample, prompt ids, cut) of a judgement request, as ``Judge.judge`` encodes it."""
+        return self.judge.encode(prompt, answers)
+
+    def completion(self, generation) -> tuple[str, int, bool]:
+        """(text, generated tokens, stopped) of a chat completion's generation."""
+        return (self.tokenizer.hf.decode(generation.tokens.tolist(), skip_special_tokens=True),
+                int(len(generation.tokens)), bool(generation.stopped))
 
     def chat_ids(self, messages: list[dict]) -> tuple[np.ndarray, bool]:
         """The prompt of a chat completion: the messages in the model's chat template with the generation
@@ -313,9 +334,13 @@ async def judge(request: web.Request) -> web.Response:
     answers = _strings(body, "answers")
     if len(answers) < 2:
         raise RequestError(400, f"field 'answers' needs at least 2 answers, got {len(answers)}")
+    if len(answers) > MAX_ANSWERS:
+        raise RequestError(400, f"field 'answers' holds {len(answers)} answers; at most {MAX_ANSWERS} are judged")
     budget = _max_tokens(body, "max_new_tokens", service.cfg.max_new_tokens)
     prompt = "\n\n".join(part for part in (context, question) if part)
-    (judgement,) = await _submit(request, service, [("judge", (prompt, answers), budget)], [len(prompt) // 4])
+    sample, ids, cut = await asyncio.to_thread(service.encode_judgement, prompt, answers)
+    (generation,) = await _submit(request, service, [(ids, budget)], [len(ids)])
+    judgement = service.judge.judgement(sample, generation, ids, cut)
     request.app[METRICS].tokens.labels("generated").inc(judgement.generated_tokens)
     if judgement.truncated:
         request.app[METRICS].truncated.inc()
@@ -337,8 +362,8 @@ async def chat_completions(request: web.Request) -> web.Response:
     name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
     budget = _max_tokens(body, name, service.cfg.max_new_tokens)
     ids, cut = await asyncio.to_thread(service.chat_ids, messages)
-    (result,) = await _submit(request, service, [("chat", ids, budget)], [len(ids)])
-    text, generated, stopped = result
+    (generation,) = await _submit(request, service, [(ids, budget)], [len(ids)])
+    text, generated, stopped = service.completion(generation)
     request.app[METRICS].tokens.labels("generated").inc(generated)
     if cut:
         request.app[METRICS].truncated.inc()

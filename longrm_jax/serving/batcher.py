@@ -1,5 +1,6 @@
 """Concurrent requests computed together: a queue of work items (token sequences to score, prompts to judge)
-that one worker drains into model calls.
+that one worker drains into model calls (``RequestBatcher``), or that a generator admits into its running
+decode as slots free up (``LiveBatcher``: a judge on one device).
 
 A request's items join the queue and the request waits for their results. The worker takes what is queued,
 waiting at most ``max_delay_ms`` after the first item for others to join, up to ``batch_size`` items and
@@ -12,6 +13,7 @@ model call runs at a time, in a worker thread, so the event loop keeps answering
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -123,3 +125,98 @@ class RequestBatcher:
             for item, value in zip(batch, results):
                 if not item.future.done():
                     item.future.set_result(value)
+
+
+class LiveBatcher:
+    """``await batcher.submit(payloads, tokens)`` -> each payload's generation, for a generator that admits
+    prompts while it decodes (continuous batching across requests: ``GreedyGenerator.generate_live``).
+
+    A payload is (prompt token ids, token budget). ``run(source)`` runs in a worker thread for the server's life,
+    taking payloads from this batcher (an ``evaluation.grm.continuous.LiveSource``) as slots free up; a request
+    waits no batching delay. Items of a request that went away are dropped before they start; a full queue refuses
+    new work (:class:`QueueFull`)."""
+
+    def __init__(self, run: Callable[[object], None], *, max_queue: int):
+        import threading  # noqa: PLC0415
+
+        self.run, self.max_queue = run, max_queue
+        self.queue: list[_Item] = []
+        self.stats = BatchStats()
+        self.stopping = False
+        self._lock = threading.Condition()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._worker: asyncio.Future | None = None
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._worker = asyncio.ensure_future(asyncio.to_thread(self.run, self))
+
+    async def stop(self) -> None:
+        with self._lock:
+            self.stopping = True
+            self._lock.notify_all()
+        if self._worker is not None:
+            await asyncio.gather(self._worker, return_exceptions=True)
+
+    @property
+    def pending(self) -> int:
+        return len(self.queue)
+
+    async def submit(self, payloads: Sequence, tokens: Sequence[int]) -> list:
+        if self.pending + len(payloads) > self.max_queue:
+            raise QueueFull(f"{self.pending} items are waiting (max_queue {self.max_queue})")
+        loop = asyncio.get_running_loop()
+        items = [_Item(payload, int(n), loop.create_future()) for payload, n in zip(payloads, tokens)]
+        with self._lock:
+            self.queue.extend(items)
+            self._lock.notify_all()
+        try:
+            return list(await asyncio.gather(*(item.future for item in items)))
+        finally:  # a request cancelled (its client went away): its waiting items are dropped when their turn comes
+            for item in items:
+                item.future.cancel()
+
+    # The worker thread's side (evaluation.grm.continuous.LiveSource).
+
+    def next_length(self, timeout: float) -> int | None:
+        with self._lock:
+            self._drop_cancelled()
+            if not self.queue and not self.stopping:
+                self._lock.wait(timeout)
+                self._drop_cancelled()
+            return self.queue[0].tokens if self.queue else None
+
+    def take(self, limit: int, bucket: int) -> list:
+        from longrm_jax.evaluation.grm.continuous import LiveItem  # noqa: PLC0415 - jax loads with the model
+
+        with self._lock:
+            self._drop_cancelled()
+            taken = []
+            while self.queue and len(taken) < limit and self.queue[0].tokens <= bucket:
+                taken.append(self.queue.pop(0))
+        self.stats.items += len(taken)
+        self.stats.tokens += sum(item.tokens for item in taken)
+        return [LiveItem(prompt=item.payload[0], budget=item.payload[1],
+                         deliver=functools.partial(self._deliver, item.future)) for item in taken]
+
+    def record_pool(self, seconds: float, slots: int) -> None:
+        """One pool run (``GET /metrics``: batches are pools, their sizes the pools' slots)."""
+        self.stats.batches += 1
+        self.stats.busy_s += seconds
+        self.stats.batch_sizes = (self.stats.batch_sizes + [slots])[-1000:]
+
+    def _drop_cancelled(self) -> None:
+        live = [item for item in self.queue if not item.future.done()]
+        self.stats.dropped += len(self.queue) - len(live)
+        self.queue = live
+
+    def _deliver(self, future: asyncio.Future, result) -> None:
+        def settle():
+            if future.done():
+                return
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+        self._loop.call_soon_threadsafe(settle)

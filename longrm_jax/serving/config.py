@@ -25,7 +25,9 @@ class ServeConfig:
     # Longest sequence in tokens. Longer ones with a known prompt lose the middle of their prompt (as evaluate
     # cuts); a query without a known prompt boundary is refused (413).
     max_length: int = ranged(UPSTREAM_MAX_LENGTH, ">= 16")
-    batch_size: int = ranged(16, ">= 1")  # DisRM: sequences per model call at most
+    # DisRM: sequences per model call at most. A judge: sequences decoded together at most (fewer where the
+    # device's memory holds fewer at a prompt's length).
+    batch_size: int = ranged(16, ">= 1")
     max_batch_tokens: int = ranged(131_072, ">= 16")  # DisRM: padded tokens per model call at most
     # How long the first request of a batch waits for others to join it, in milliseconds.
     max_delay_ms: float = ranged(5.0, ">= 0")

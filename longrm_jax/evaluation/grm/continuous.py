@@ -15,7 +15,8 @@ spans prompt + budget <= S columns, so it never overwrites itself.
 Host round trips. Each jitted decode call runs up to ``chunk`` steps in a ``lax.while_loop``; it returns
 early when a row finishes while prompts are still waiting (so the slot is refilled with no idle step), or
 when every row is done. Prompts are grouped by length bucket (longest first): each bucket runs its own slot
-pool with ``S`` sized for it, so short prompts do not pay for the longest one's cache.
+pool with ``S`` sized for it, so short prompts do not pay for the longest one's cache. A live pool
+(:func:`generate_live`, a server's) also admits prompts that arrive while it decodes.
 
 Outputs are those of the static path (:class:`longrm_jax.evaluation.grm.generation.GreedyGenerator`): the
 continuation without the stop token, per-token verdict-letter log-probs and whether a stop token ended it.
@@ -37,11 +38,14 @@ import numpy as np
 from flax import nnx
 from tqdm.auto import tqdm
 
+from longrm_jax.data.packing import bucket_for
+from longrm_jax.evaluation.batching import bucket_lengths
 from longrm_jax.evaluation.grm.decoding import Generation, letter_logprobs
 from longrm_jax.evaluation.grm.slot_plan import (  # noqa: F401 - MEMORY_FRACTION, MAX_SLOTS: re-exported
     FALLBACK_SLOTS,
     MAX_SLOTS,
     MEMORY_FRACTION,
+    Pool,
     describe_plan,
     format_pool_plan,
     plan_pools,
@@ -217,6 +221,80 @@ def continuous_generate(generator, prompts: Sequence[np.ndarray], *, slots_for, 
     return run.results, Timings(run.clock).add({"max_slots": run.max_slots, "slot_plan": run.slot_plan})
 
 
+@dataclasses.dataclass
+class LiveItem:
+    """A prompt that arrives while generation runs (a server's request): its token ids, its token budget
+    (<= the generator's ``max_new_tokens``) and ``deliver(result)``, called once with its :class:`Generation` or
+    with the exception that stopped its pool."""
+
+    prompt: np.ndarray
+    budget: int
+    deliver: Callable[[object], None]
+
+
+class LiveSource:
+    """Where a live generation (:func:`generate_live`) takes its prompts from; a server implements it.
+
+    ``next_length(timeout)``: the prompt length of the oldest waiting item, waiting up to ``timeout`` seconds
+    for one (None: none came); ``take(limit, bucket)``: up to ``limit`` waiting items, oldest first, stopping at
+    the first longer than ``bucket`` tokens (so the oldest is never passed over); ``stopping``: True once no more
+    will be served."""
+
+    stopping: bool = False
+
+    def next_length(self, timeout: float) -> int | None:
+        raise NotImplementedError
+
+    def take(self, limit: int, bucket: int) -> list[LiveItem]:
+        raise NotImplementedError
+
+
+def generate_live(generator, source: LiveSource, *, slots_for, chunk: int, max_length: int,
+                  on_pool=None) -> None:
+    """Continuous batching over prompts that arrive while it runs, until ``source.stopping``.
+
+    A pool is opened for the length bucket (of prompts up to ``max_length``) of the oldest waiting prompt,
+    ``slots_for(columns)`` slots; every slot that frees up takes the next waiting prompt that fits the bucket, so
+    a prompt that arrives mid-decode starts at the next host round trip instead of after the running ones. Once
+    the oldest waiting prompt does not fit, the pool admits nothing more, finishes its rows and the next pool is
+    opened for it. Each row's generation is what :func:`continuous_generate` gives for the same prompt and budget
+    (rows never see each other). ``on_pool(timings)``: called after each pool with its :class:`Timings`."""
+    buckets = bucket_lengths(max_length)
+    max_new = generator.max_new_tokens
+    while not source.stopping:
+        head = source.next_length(0.1)
+        if head is None:
+            continue
+        bucket = bucket_for(min(head, max_length), buckets)
+        slots, why = slots_for(bucket + max_new)
+        run = _ContinuousRun(generator, [], [], int(chunk), tqdm(disable=True), None)
+        items: dict[int, LiveItem] = {}
+
+        def refill(free: int, run=run, items=items, bucket=bucket) -> list[int]:
+            taken = []
+            for item in source.take(free, bucket):
+                run.prompts.append(item.prompt)
+                run.budgets.append(min(int(item.budget), max_new))
+                run.results.append(None)
+                items[len(run.prompts) - 1] = item
+                taken.append(len(run.prompts) - 1)
+            return taken
+
+        def delivered(index: int, generation: Generation, run=run, items=items) -> None:
+            run.prompts[index] = run.results[index] = None  # a long-lived pool keeps nothing it has delivered
+            items.pop(index).deliver(generation)
+
+        run.on_result = delivered
+        try:
+            run.pool(Pool(bucket, [], slots, slots, why), refill)
+        except Exception as error:  # noqa: BLE001 - the pool's prompts get the error; the next pool starts afresh
+            logger.exception("live generation: a pool of %d slots at bucket %d failed", slots, bucket)
+            for item in items.values():
+                item.deliver(error)
+        if on_pool is not None:
+            on_pool(Timings(run.clock).add({"max_slots": run.max_slots, "slot_plan": run.slot_plan}))
+
+
 class _ContinuousRun:
     """One ``continuous_generate`` call: its jitted admit/decode steps, clock, results and progress bar; ``pool``
     runs one slot pool to its end."""
@@ -243,23 +321,37 @@ class _ContinuousRun:
         self.steps.shapes_run.add(key)
         return out
 
-    def pool(self, pool) -> None:
+    def pool(self, pool, refill: Callable[[int], list[int]] | None = None) -> None:
+        """Run one slot pool until its rows are done and nothing waits. ``refill(free)`` (a live pool): the
+        indices of at most ``free`` prompts that arrived since (appended to ``self.prompts`` / ``budgets``), asked
+        whenever a slot is free; a live pool ends once no row runs and ``refill`` gives nothing."""
         g, bucket, slots, queue = self.generator, pool.bucket, pool.slots, deque(pool.items)
         self.max_slots = max(self.max_slots, slots)
         self.slot_plan[str(bucket)] = slots
         logger.debug("continuous batching: %d prompts of <= %d tokens on %d slots of %d cache columns",
                      len(queue), bucket, slots, bucket + self.max_new)
         # The previous pool's cache and state are dropped before this one's are made: each pool is planned to fill
-        # the device on its own (holding the last one ran an H100 out of memory: docs/benchmarks.md, "whole-benchmark
-        # GRM race at a size where slots fill").
+        # the device on its own (docs/benchmarks.md, "whole-benchmark GRM race at a size where slots fill").
         cache = g.model.init_cache(slots, bucket + self.max_new)
         state = empty_state(slots, self.max_new, int(g.letter_ids.shape[0]), self.pad_id)
         owner: list[int | None] = [None] * slots
-        for row in range(min(slots, len(queue))):  # spare slots (power-of-two rounding) stay inactive
-            cache, state = self.fill(bucket, slots, queue.popleft(), row, owner, cache, state)
-        while any(o is not None for o in owner):
+        active = [False] * slots  # the rows the device state marks active
+        while True:
+            free = [row for row in range(slots) if owner[row] is None]
+            if refill is not None and len(queue) < len(free):
+                queue.extend(refill(len(free) - len(queue)))
+            for row in free[:len(queue)]:  # spare slots (power-of-two rounding) stay inactive
+                cache, state = self.fill(bucket, slots, queue.popleft(), row, owner, cache, state)
+            running = [o is not None for o in owner]
+            if not any(running):
+                return
+            # Finished rows with nothing to admit are marked inactive (their writes are never read).
+            if running != active and not all(running):
+                state = dataclasses.replace(state, active=jnp.asarray(running))
+            active = running
+            # A decode call returns early when a row finishes and a prompt waits for its slot (a live pool: may).
             cache, state, _ = self.timed("decode_s", ("decode", bucket, slots), self.steps.decode, g.model, cache,
-                                         state, g.stop_ids, g.letter_ids, np.bool_(bool(queue)))
+                                         state, g.stop_ids, g.letter_ids, np.bool_(bool(queue) or refill is not None))
             self.clock["decode_calls"] += 1
             done, count = jax.device_get((state.done, state.count))
             finished = [row for row in range(slots) if owner[row] is not None and done[row]]
@@ -269,11 +361,6 @@ class _ContinuousRun:
             for row in finished:
                 self.finish(owner[row], tokens[row, :count[row]], letters[row])
                 owner[row] = None
-                if queue:
-                    cache, state = self.fill(bucket, slots, queue.popleft(), row, owner, cache, state)
-            # Finished rows with nothing left to admit stay inactive (their writes are never read).
-            if not queue:
-                state = dataclasses.replace(state, active=jnp.asarray([o is not None for o in owner]))
 
     def fill(self, bucket: int, slots: int, item: int, row: int, owner: list, cache, state):
         """Prefill prompt ``item`` into slot ``row`` (its cache columns and decode state)."""

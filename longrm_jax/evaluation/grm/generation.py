@@ -31,7 +31,7 @@ from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
 from longrm_jax.evaluation.batching import pad_rows, plan_batches
-from longrm_jax.evaluation.grm.continuous import continuous_generate, memory_slots
+from longrm_jax.evaluation.grm.continuous import continuous_generate, generate_live, memory_slots
 from longrm_jax.evaluation.grm.decoding import Generation, letter_logprobs
 from longrm_jax.evaluation.grm.slot_plan import plan_pools
 from longrm_jax.evaluation.scoring import mesh_sizes, warn_past_positions
@@ -233,6 +233,19 @@ class GreedyGenerator:
         if not self.continuous:
             return None
         return plan_pools(lengths, self.max_new_tokens, self._slots_for)
+
+    def generate_live(self, source, max_length: int, max_slots: int | None = None, on_pool=None) -> None:
+        """Serve the prompts of ``source`` (a :class:`longrm_jax.evaluation.grm.continuous.LiveSource`) as they
+        arrive, each a pool's row as soon as a slot is free, until it stops (continuous batching only); a pool has
+        the slots memory (or ``batch_size``) allows, at most ``max_slots``."""
+        if not self.continuous:
+            raise ValueError("live generation needs continuous batching (one device, no --static-batches)")
+        def slots_for(columns: int) -> tuple[int, str]:
+            slots, why = self._slots_for(columns)
+            return (slots, why) if max_slots is None or slots <= max_slots else (max_slots, f"at most {max_slots}")
+
+        generate_live(self, source, slots_for=slots_for, chunk=self.decode_chunk, max_length=max_length,
+                      on_pool=on_pool)
 
     def generate(self, prompts: Sequence[np.ndarray], progress: bool = True, desc: str = "GRM generation",
                  budgets: Sequence[int] | None = None, on_result=None) -> list[Generation]:
