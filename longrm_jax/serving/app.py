@@ -20,7 +20,6 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Sequence
 
 import numpy as np
 from aiohttp import web
