@@ -221,3 +221,33 @@ def test_a_prompt_that_arrives_mid_decode_joins_the_running_pool(causal_lm):
         np.testing.assert_array_equal(got[name].tokens, expected.tokens, err_msg=name)
         np.testing.assert_allclose(got[name].letter_logprobs, expected.letter_logprobs, rtol=1e-6, err_msg=name)
     assert len(got["short"].tokens) == 3 and len(got["long"].tokens) == NEW_TOKENS
+
+
+def test_a_prompt_nobody_waits_for_gives_its_slot_up(causal_lm):
+    """One slot, two prompts: the first one's request goes away while it decodes (``LiveItem.abandoned``); its
+    slot goes to the second at the next round trip, which is delivered as the evaluator would generate it, and the
+    first is never delivered."""
+    from longrm_jax.evaluation.grm.continuous import LiveItem
+
+    path, _ = causal_lm
+    model = load_pretrained(path, dtype="float32")
+    rng = np.random.default_rng(6)
+    first, second = (rng.integers(5, VOCAB, n).astype(np.int32) for n in (30, 20))
+    generator = GreedyGenerator(model, pad_id=0, stop_ids=[], max_new_tokens=NEW_TOKENS, letter_ids=[37, 38],
+                                batch_size=1, continuous=True, decode_chunk=2)
+    source = _ArrivingPrompts(None, None, arrives_at_ask=0)
+    asked = []
+
+    def gone():
+        asked.append(1)
+        return len(asked) >= 2  # its client leaves after two round trips
+
+    source.waiting = [LiveItem(first, NEW_TOKENS, lambda result: source.delivered.append(("first", result)), gone),
+                      source.item("second", second, 3)]
+    source.delivered = [("placeholder", None)]  # `second` ends the run: it makes two deliveries
+    pools = []
+    generator.generate_live(source, max_length=64, on_pool=pools.append)
+    assert [name for name, _ in source.delivered[1:]] == ["second"]
+    assert pools[0].get("decode_calls") <= 6  # not the 12 the first prompt's budget takes
+    want = generator.generate([second], progress=False, budgets=[3])[0]
+    np.testing.assert_array_equal(source.delivered[1][1].tokens, want.tokens)

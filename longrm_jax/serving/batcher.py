@@ -197,13 +197,20 @@ class LiveBatcher:
         self.stats.items += len(taken)
         self.stats.tokens += sum(item.tokens for item in taken)
         return [LiveItem(prompt=item.payload[0], budget=item.payload[1],
-                         deliver=functools.partial(self._deliver, item.future)) for item in taken]
+                         deliver=functools.partial(self._deliver, item.future),
+                         abandoned=functools.partial(self._abandoned, item.future)) for item in taken]
 
     def record_pool(self, seconds: float, slots: int) -> None:
         """One pool run (``GET /metrics``: batches are pools, their sizes the pools' slots)."""
         self.stats.batches += 1
         self.stats.busy_s += seconds
         self.stats.batch_sizes = (self.stats.batch_sizes + [slots])[-1000:]
+
+    def _abandoned(self, future: asyncio.Future) -> bool:
+        if future.done():  # cancelled: its request went away while it decoded
+            self.stats.dropped += 1
+            return True
+        return False
 
     def _drop_cancelled(self) -> None:
         live = [item for item in self.queue if not item.future.done()]

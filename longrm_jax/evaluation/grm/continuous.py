@@ -230,6 +230,8 @@ class LiveItem:
     prompt: np.ndarray
     budget: int
     deliver: Callable[[object], None]
+    # True once nobody waits for the result (a client that went away): its slot is freed at the next round trip.
+    abandoned: Callable[[], bool] = lambda: False
 
 
 class LiveSource:
@@ -284,9 +286,16 @@ def generate_live(generator, source: LiveSource, *, slots_for, chunk: int, max_l
             run.prompts[index] = run.results[index] = None  # a long-lived pool keeps nothing it has delivered
             items.pop(index).deliver(generation)
 
+        def abandoned(index: int, run=run, items=items) -> bool:
+            if not items[index].abandoned():
+                return False
+            run.prompts[index] = None
+            del items[index]
+            return True
+
         run.on_result = delivered
         try:
-            run.pool(Pool(bucket, [], slots, slots, why), refill)
+            run.pool(Pool(bucket, [], slots, slots, why), refill, abandoned)
         except Exception as error:  # noqa: BLE001 - the pool's prompts get the error; the next pool starts afresh
             logger.exception("live generation: a pool of %d slots at bucket %d failed", slots, bucket)
             for item in items.values():
@@ -321,10 +330,12 @@ class _ContinuousRun:
         self.steps.shapes_run.add(key)
         return out
 
-    def pool(self, pool, refill: Callable[[int], list[int]] | None = None) -> None:
+    def pool(self, pool, refill: Callable[[int], list[int]] | None = None,
+             abandoned: Callable[[int], bool] | None = None) -> None:
         """Run one slot pool until its rows are done and nothing waits. ``refill(free)`` (a live pool): the
         indices of at most ``free`` prompts that arrived since (appended to ``self.prompts`` / ``budgets``), asked
-        whenever a slot is free; a live pool ends once no row runs and ``refill`` gives nothing."""
+        whenever a slot is free; a live pool ends once no row runs and ``refill`` gives nothing.
+        ``abandoned(index)``: the prompt's result is no longer wanted; its row is freed undelivered."""
         g, bucket, slots, queue = self.generator, pool.bucket, pool.slots, deque(pool.items)
         self.max_slots = max(self.max_slots, slots)
         self.slot_plan[str(bucket)] = slots
@@ -354,6 +365,10 @@ class _ContinuousRun:
                                          state, g.stop_ids, g.letter_ids, np.bool_(bool(queue) or refill is not None))
             self.clock["decode_calls"] += 1
             done, count = jax.device_get((state.done, state.count))
+            if abandoned is not None:
+                for row in range(slots):
+                    if owner[row] is not None and not done[row] and abandoned(owner[row]):
+                        owner[row] = None
             finished = [row for row in range(slots) if owner[row] is not None and done[row]]
             if not finished:
                 continue
