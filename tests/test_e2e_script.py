@@ -19,12 +19,12 @@ def test_e2e_smoke_chain(tmp_path):
 
     # one device per phase (the script's own choice); the suite's other XLA flags kept
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags_with_devices(None)}
-    # --steps 12: the kill comes once the first checkpoint is complete (step 1 or 2) and the resume trains the rest,
-    # each step saving a checkpoint (about 0.3 s on the CPU), so steps 3..12 still run seconds after the kill,
-    # far beyond the script's 0.1 s poll; the --smoke default of 40 only adds checkpointed steps to the resume.
+    # --steps 16: the kill comes once the first checkpoint is complete (step 1 or 2) and the resume trains the rest,
+    # each step saving a checkpoint (0.1-0.3 s on the CPU), so steps 3..16 still run seconds after the kill, far
+    # beyond the script's 0.1 s poll; the --smoke default of 40 only adds checkpointed steps to the resume.
     proc = subprocess.run([sys.executable, os.path.join("scripts", "e2e_gpu.py"), "--smoke", "--model", "qwen3_8b",
                            "--work", str(tmp_path / "work"), "--scratch", str(tmp_path / "scratch"), "--keep",
-                           "--devices", "2", "--steps", "12"], capture_output=True, text=True, env=env, cwd=ROOT,
+                           "--devices", "2", "--steps", "16"], capture_output=True, text=True, env=env, cwd=ROOT,
                           timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     phases = {r["phase"]: r for r in json.loads((tmp_path / "work" / "phases.json").read_text())}
