@@ -74,13 +74,13 @@ def test_tiny_judges_learn_to_read_the_document(tmp_path):
 
     # GRM stage 1 from the same LM: it learns the judgement's format and quotes (the loss falls from ~6 to the
     # share of its decisions); the decisions themselves take ~1,000 steps, beyond CI size (docs/benchmarks.md)
-    before, _ = _train("tiny_grm_sft.yaml", tmp_path / "sft", "steps=120", "eval_before=true",
+    before, _ = _train("tiny_grm_sft.yaml", tmp_path / "sft", "steps=160", "eval_before=true",
                        f"model.init={tmp_path / 'lm' / 'checkpoints'}",
                        f"data.source={data / 'judge_sft_train.jsonl'}", f"data.eval_source={data / 'judge_eval.jsonl'}")
     # held-out pairs differ in their decisions alone: the LM alone does not judge (64 pairs: chance 50% +- 6%)
     assert before <= 0.7, before
     losses = [json.loads(line)["loss"] for line in open(tmp_path / "sft" / "metrics.jsonl") if '"train"' in line]
-    assert losses[-1] < 0.5 and losses[-1] < losses[0] / 4, (losses[0], losses[-1])
+    assert losses[-1] < 0.5 and losses[-1] < losses[0] / 4, losses
 
     # GRM stage 2 from stage 1, its export and judging (verdicts are not asserted at CI size: issue 42)
     _train("tiny_grm_simpo.yaml", tmp_path / "simpo", "steps=2", "data.batch_rows=2", "eval_after=false",
