@@ -1,7 +1,13 @@
 # H200: Qwen3-8B BT 2 x 32K with the PyTorch peer (PART=bt), GRM evaluation at full contexts (PART=grm).
-# Was call G (H200): issue 30's "nothing got slower" check (Qwen3-8B BT 2 x 32K, full parameters, with the PyTorch
-# peer, as session 4's row: 49.5% MFU), then issue 31's GRM evaluation at full context lengths (4K-128K,
-# judgements up to 2,048 tokens) on SAMPLES samples, ours only, for the full-size extrapolation.
+# Machine: one H200 (141 GB).
+#   PART=bt   the "nothing got slower" check: Qwen3-8B BT 2 x 32K, full parameters, remat save_attention_out, ours
+#             and the PyTorch peer (scripts/bench_train.py, 1 warm-up + 2 timed steps, limit 260 s). Expected: ours
+#             at the 49.5% MFU of docs/benchmarks.md "Full 2 x 32K rows, with the peer".
+#   PART=grm  the GRM evaluation at full context lengths (4K-128K, judgements up to 2,048 tokens) on SAMPLES samples
+#             (default 21), ours only (scripts/bench_eval.py --no-peer), for the full-size extrapolation; GRM_TIMEOUT
+#             (default 330 s) limits it.
+# PART unset (default) runs bt, then grm. Outputs in $OUT: bench_train.md, bench_train.json, bench_train.log (bt);
+# bench_eval.md, bench_eval.log and out-grm/ (grm).
 # Run: bash scripts/device/run.sh bt32k_peer_grm_full_context  (PART=bt or PART=grm for one half)
 source scripts/device/common.sh
 PART=${PART:-both}

@@ -1,6 +1,9 @@
-# Issue 31's DisRM evaluation race, ours and the transformers peer (SAMPLES, default 280).
-# Was call D (issue 31): the DisRM race at the issue's realistic size (280 samples, contexts 1K-32K in equal shares),
-# ours and the transformers peer in the same run on the same GPU; ours' own log (timestamps per phase) is kept.
+# The DisRM evaluation race on one H100: ours against the transformers peer (SAMPLES, default 280).
+# Machine: one H100 80 GB.
+# scripts/bench_eval.py --benchmark --kinds disrm: SAMPLES samples (default 280, the race's realistic size),
+# contexts 1K-32K in equal shares (--length-scale 0.25), ours and the transformers peer in the same run on the same
+# GPU; ours' own log (timestamps per phase) is kept. LIMIT: the run's time limit (default 570 s).
+# Outputs in $OUT: disrm_race$SAMPLES.log, bench.md, the workdir's logs and ours_timings.json.
 # Run: SAMPLES=280 bash scripts/device/run.sh disrm_race
 source scripts/device/common.sh
 S=${SAMPLES:-280}

@@ -1,12 +1,15 @@
 # scripts/e2e_gpu.py on one H100 (HF in, train, SIGKILL, --resume, export, evaluate), PART=qwen or llama.
-# Was call M (a new user's chain on the GPU most users have): scripts/e2e_gpu.py on one H100 80 GB, one model per call
-# (each took 475-536 s on an H200, session 5): HF checkpoint -> python -m longrm_jax.train (SIGKILL after the
-# first checkpoint) -> --resume -> python -m longrm_jax.export -> python -m longrm_jax.evaluate, 2 x 32K pairs.
-# PART=qwen: Qwen3-8B SimPO, full parameters, with the H100's full-parameter recipe (docs/training.md, "Long pairs on one GPU":
-# the moments in pinned host memory, so their checkpoint and restore run through that placement too).
+# Machine: one H100 80 GB (the GPU most users have). A new user's chain, one model per call (each takes most of a
+# 10-minute call; limit 585 s): HF checkpoint -> python -m longrm_jax.train (SIGKILL after the first checkpoint)
+# -> --resume -> python -m longrm_jax.export -> python -m longrm_jax.evaluate, 2 x 32K pairs, scratch in /dev/shm.
+# PART=qwen (default): Qwen3-8B SimPO, full parameters, with the H100's full-parameter recipe (docs/training.md,
+#   "Long pairs on one GPU": the moments in pinned host memory, so their checkpoint and restore run through that
+#   placement too; saves of such steps are synchronous, as an asynchronous one beside the pinned state runs the
+#   host out of RAM).
 # PART=llama: Llama-3.1-8B BT with the shipped LoRA (bf16 base), remat full.
-# Ran in session 17 (docs/benchmarks.md): llama 334.8 s; qwen killed by the host's OOM killer during step 2 of
-# the first run (an asynchronous save beside the pinned state), then 505.2 s once saves of such steps were synchronous.
+# Outputs in $OUT: summary.txt (command, rc, the most host RAM used), e2e.log, benchmarks_section.md (phase
+# table), e2e_PART.mon (host and GPU memory every 5 s) and e2e_h100_PART.tgz (logs, phases.json, metrics.jsonl,
+# memory_plan.json, eval/results.csv).
 # Run: PART=qwen bash scripts/device/run.sh e2e_h100   (then PART=llama)
 source scripts/device/common.sh
 case ${PART:-qwen} in

@@ -1,13 +1,16 @@
-# Issue 31's evaluation races on an H200, one part per call (PART=disrm, grm or peer).
-# Was call K (H200, issue 31): the races the H100 ran in session 13, on an H200, each part one 10-minute call.
+# The GRM and DisRM evaluation races (ours against the transformers peer) on one H200, one part per call (PART).
+# Machine: one H200 (141 GB). PART (required) is disrm, grm or peer; each part fits one 10-minute call.
 #   PART=disrm  the DisRM race, ours and the transformers peer in one process (SAMPLES, default 140: ours
-#               ~95 s + peer ~150 s on an H200 at session 14's rates; 280 did not fit one call there).
-#   PART=grm    ours alone on the GRM race of session 13 (112 samples, contexts 1K-32K, judgements up to 512
-#               tokens); prints ours' slot plan as PLAN=... for the peer parts.
+#               ~95 s + peer ~150 s on an H200; 280 does not fit one call there).
+#   PART=grm    ours alone on the GRM race (112 samples, contexts 1K-32K, judgements up to 512 tokens: the race of
+#               docs/benchmarks.md "The GRM race at 112 samples, peer measured per length bucket"); prints ours'
+#               slot plan as PLAN=... for the peer parts.
 #   PART=peer   the transformers peer on the buckets MINLEN..MAXLEN of the same data (seed 0: the same prompts),
 #               with ours' slot plan PLAN (JSON: bucket -> rows), e.g.
 #               PART=peer PLAN='{"49152": 6, ...}' MINLEN=49152 bash scripts/device/run.sh eval_races_h200
-# The peer's per-batch times are printed ([peer] lines); buckets left out are named, to be added from their call.
+# LIMIT: the part's time limit (default 560 s for disrm and grm, 500 s for peer). Outputs in $OUT: bench.md,
+# disrm_race$SAMPLES.log or grm_ours.log and ours_timings.json (disrm, grm); peer.out and peer.err (peer).
+# The peer's per-batch times are printed ([peer] lines); buckets left out are named, to be run in another call.
 source scripts/device/common.sh
 PART=${PART:?PART=disrm, grm or peer}
 case $PART in

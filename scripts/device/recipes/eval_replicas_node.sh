@@ -1,10 +1,11 @@
 # Evaluation on one GPU against one replica per GPU (--replicas auto), GRM and DisRM (KINDS).
-# Was call S (issue 40 item 4, kind nvidia-h100-x4): evaluation on one GPU against one replica per GPU, the same
+# Machine: 4 GPUs of one host (kind nvidia-h100-x4). Evaluation on one GPU against one replica per GPU, the same
 # prompts, the same machine. `python scripts/bench_eval.py --benchmark --no-peer` runs `python -m
 # longrm_jax.evaluate` as a user would: with CUDA_VISIBLE_DEVICES=0 one process; with the 4 GPUs visible
 # `--replicas auto` starts one replica per GPU. KINDS picks (default "grm disrm"); each kind runs 4 GPUs first,
-# then one, while the call has time (BUDGET_S). GRM: 112 samples, contexts 1K-32K (--length-scale 0.25),
-# judgements up to 512 tokens (session 14's race); DisRM: 140 samples, --share-prompt.
+# then one, while the call has time (BUDGET_S, default 560). GRM: 112 samples, contexts 1K-32K (--length-scale
+# 0.25), judgements up to 512 tokens (eval_races_h200's GRM race); DisRM: 140 samples, --share-prompt.
+# Outputs in $OUT: summary.txt and eval_replicas_node.tgz (each run's log, timings.json, replica logs, bench.md).
 # Run: bash scripts/device/run.sh eval_replicas_node
 source scripts/device/common.sh
 OUTF=$OUT; W=/tmp/w; mkdir -p $W; OUT=$W

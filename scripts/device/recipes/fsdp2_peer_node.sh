@@ -1,19 +1,20 @@
 # Ours mesh.fsdp=4 against the PyTorch FSDP2 peer on 4 GPUs (part 1), one-GPU baselines (part 2).
-# Was call T (issue 40 item 7, kind nvidia-h100-x4): ours against the PyTorch peer on a node, per GPU, same machine,
+# Machine: 4 GPUs of one host (kind nvidia-h100-x4). Ours against the PyTorch peer on a node, per GPU, same machine,
 # same pairs per GPU. Qwen3-8B shapes, random weights, full parameters, rows layout, remat auto, a pair per GPU:
 #   part 1  ours mesh.fsdp=4 (4 pairs a step) and the peer on 4 GPUs (one process per GPU started by
 #           bench_train.py: FSDP2 fully_shard per decoder layer + root, SDPA, activation checkpointing, bf16
 #           weights / AdamW state, NCCL): the acceptance comparison, run first;
 #   part 2  the same machine's one-GPU baselines: ours on GPU 0 and the one-GPU peer.
-# STAGE (default simpo) and L (tokens per sample; default below) pick the pairs. The one-GPU peer's SimPO ran out of
-# memory at 2 x 32K even on an H200 (docs/benchmarks.md, "Full 2 x 32K rows, with the peer": a 37.09 GiB fp32
-# all-vocabulary logits allocation on top of 61 GiB of bf16 weights, gradients and AdamW moments), so SimPO
-# defaults to 2 x 8K (estimated: peer 1 GPU ~100 GiB, fits an H200, not an H100; peer on 4 GPUs ~50 GiB per GPU).
-# STAGE=bt defaults to 2 x 32K on H200 (peer 77.1 GiB there, the one-GPU 1.33x point) and 2 x 16K on H100 (70.6).
+# STAGE (default simpo) and L (tokens per sample; default below) pick the pairs. The one-GPU peer's SimPO does not
+# fit 2 x 32K even on an H200 (its fp32 all-vocabulary logits on top of the bf16 weights, gradients and AdamW
+# moments: docs/benchmarks.md, "Full 2 x 32K rows, with the peer"), so SimPO defaults to 2 x 8K (estimated: peer
+# 1 GPU ~100 GiB, fits an H200, not an H100; peer on 4 GPUs ~50 GiB per GPU). STAGE=bt defaults to 2 x 32K on
+# H200 (the peer's one-GPU point of the same section) and 2 x 16K on H100 (peer ~70.6 GiB).
 # Each part is one `scripts/bench_train.py` invocation (one step + 1 warm-up untimed, 2 timed, medians) under its
-# own `timeout`; the call ends within BUDGET_S (default 450 s). Rows are appended to $OUT/rows.jsonl as they finish
-# and every table to $OUT/bench.md; everything is packed into $OUT/fsdp2_peer_node.tgz as it goes (a cut-off call keeps
-# what finished).
+# own `timeout`; the call ends within BUDGET_S (default 450 s). PARTS (default "1 2"), W (work folder, default
+# /tmp/w), NCCL_NVLS_ENABLE (default 0: NVLink multicast off). Rows are appended to $OUT/rows.jsonl as they finish
+# and every table to $OUT/bench.md, the parts' summaries to $OUT/summary.txt; everything is packed into
+# $OUT/fsdp2_peer_node.tgz as it goes (a cut-off call keeps what finished).
 # Run: bash scripts/device/run.sh fsdp2_peer_node      (STAGE=bt L=32768 BUDGET_S=450 PARTS="1 2" to override)
 source scripts/device/common.sh
 OUTF=$OUT; W=${W:-/tmp/w}; mkdir -p $W; OUT=$W

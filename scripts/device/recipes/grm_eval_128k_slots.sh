@@ -1,8 +1,11 @@
 # GRM evaluation of four 128K prompts in two slots, then the 128K decode benchmark at batch 2.
-# Was call H (issue 31, H100): GRM evaluation of 128K-token prompts through `python -m longrm_jax.evaluate`, with
-# prompts prefilled straight into their slot (2 slots of 128K planned on an H100 where 1 fitted before), then
-# the decode benchmark at a 128K context, batch 2 (static batch, rows prefilled one at a time), against the
-# bandwidth bound. Run: bash scripts/device/run.sh grm_eval_128k_slots
+# Machine: one H100 80 GB. GRM evaluation of 128K-token prompts (four, one per task) through `python -m
+# longrm_jax.evaluate` with a random Qwen3-8B, prompts prefilled straight into their slot (the evaluator plans 2
+# slots of 128K on an H100), then, if under 420 s have passed, the decode benchmark at a 128K context, batch 2
+# (static batch, rows prefilled one at a time), against the bandwidth bound. EVAL_TIMEOUT: the evaluation's limit
+# (default 360 s). Outputs in $OUT: checkpoint.log, eval128k/ (timings.json) and eval128k.log, decode128k.log,
+# bench_eval.md.
+# Run: bash scripts/device/run.sh grm_eval_128k_slots
 source scripts/device/common.sh
 W=/tmp/h; mkdir -p $W
 python3 - <<'PY' || { echo "data failed"; exit 1; }

@@ -1,8 +1,10 @@
 # multiprocess_node's comparison in fp32 with XLA's deterministic ops (N=4, or N=2 on 2 GPUs).
-# Was call R (issue 40, kind nvidia-h100-x4, or N=2 on nvidia-h100-x2): multiprocess_node's comparison made deterministic. One
-# process driving N GPUs against `python -m longrm_jax.launch -n N train` (one GPU per process), 3 steps, fp32 compute (the XLA
-# attention) and XLA's deterministic ops, so any difference left is the launch's, not GPU rounding noise
-# (multiprocess_node, bf16 compute: steps 1-2 equal, later steps within the 1.5e-3 that two runs of one launch differ by).
+# Machine: 4 GPUs of one host (kind nvidia-h100-x4), or 2 with N=2 (kind nvidia-h100-x2). multiprocess_node's
+# comparison made deterministic: one process driving N GPUs against `python -m longrm_jax.launch -n N train` (one
+# GPU per process), 3 steps, fp32 compute (the XLA attention) and XLA's deterministic ops, so any difference left is
+# the launch's, not GPU rounding noise (multiprocess_node, bf16 compute: steps 1-2 equal, later steps within the
+# 1.5e-3 that two runs of one launch differ by). N (default 4). Outputs in $OUT: multiprocess_deterministic.tgz (both
+# runs' logs and metrics.jsonl, summary.txt with compare_losses.py's per-step differences).
 source scripts/device/common.sh
 OUTF=$OUT; W=/tmp/w; mkdir -p $W; N=${N:-4}
 export XLA_FLAGS="--xla_gpu_deterministic_ops=true"

@@ -1,14 +1,16 @@
 # One process per GPU (launch -n 4, SIGKILL, --resume, export) against one process; losses compared.
-# Was call Q (issue 40, kind nvidia-h100-x4): one process per GPU, started as a cluster starts them, against one
-# process driving the same four GPUs; then the ring step with the collective-overlap flags.
+# Machine: 4 GPUs of one host (kind nvidia-h100-x4). One process per GPU, started as a cluster starts them, against
+# one process driving the same four GPUs; then the ring step with the collective-overlap flags.
 #   mp1     one process, 4 GPUs: Qwen3-8B shapes cut to 4 layers (random weights, fp32 master weights, bf16
 #           compute), SimPO 4 pairs of 2 x 4K, mesh data 2 x fsdp 2, 6 steps;
 #   mp4     the same through `python -m longrm_jax.launch -n 4 train` (JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
 #           JAX_PROCESS_ID / JAX_LOCAL_DEVICE_IDS, one GPU per process), checkpoint every 3 steps, every process
 #           SIGKILLed once step 4 is logged;
 #   mp4r    `--resume` of mp4 to step 6; then `python -m longrm_jax.export` of its checkpoint (one HF directory);
-#   ring4f  (if time is left) RUNS=ring4 of node_scaling with the overlap flags exported.
-# The losses of mp1 and mp4 + mp4r are compared step by step (scripts/device/compare_losses.py).
+#   ring4f  (if more than 260 s of BUDGET_S, default 540, are left) node_scaling's RUNS=ring4f: ring4 with the
+#           overlap flags exported.
+# The losses of mp1 and mp4 + mp4r are compared step by step (scripts/device/compare_losses.py). Outputs in $OUT:
+# summary.txt, multiprocess_node.tgz (logs, metrics.jsonl, gpus.txt) and node_scaling's outputs for ring4f.
 source scripts/device/common.sh
 OUTF=$OUT; W=/tmp/w; mkdir -p $W; OUT=$W
 START=$(date +%s)

@@ -1,18 +1,19 @@
 # 4-GPU acceptance points (PARTS): deterministic multi-process, ring4 with overlap defaults, peer16.
-# Was call V (issue 40, kind nvidia-h100-x4): three of the node's open acceptance points in one call, each under its
-# own time limit, everything packed into $OUT/node_acceptance.tgz as it goes (a call cut off keeps what finished):
+# Machine: 4 GPUs of one host (kind nvidia-h100-x4). Three of the node's acceptance points in one call, each under
+# its own time limit within BUDGET_S (default 585 s), everything packed into $OUT/node_acceptance.tgz as it goes (a
+# call cut off keeps what finished), summary.txt beside it. PARTS picks (default "mp ring4 peer16"):
 #   mp      4 processes (python -m longrm_jax.launch -n 4 train, one GPU each) against one process driving the 4
 #           GPUs, made deterministic (fp32 compute, XLA's deterministic ops, learning rate from step 1): Qwen3-8B
 #           shapes cut to 4 layers, SimPO, 4 pairs of 2 x 2K a step, mesh data 2 x fsdp 2, 8 steps, a checkpoint
 #           every 3. The 4 processes are SIGKILLed once step 4 is logged, resumed with --resume to step 8, and
 #           exported. compare_losses.py compares the 1-process losses with the 4-process ones (killed + resumed).
-#   ring4   node_scaling's ring4 (one 2 x 128K pair over mesh.seq=4) with the overlap defaults the trainer now applies
-#           (never measured on the ring), remat save_attention_out (auto's pick, without its candidate compiles).
+#   ring4   node_scaling's ring4 (one 2 x 128K pair over mesh.seq=4) with the overlap defaults the trainer applies,
+#           remat save_attention_out (auto's pick, without its candidate compiles).
 #   peer16  fsdp2_peer_node's part 1 at 2 x 16K per GPU: ours mesh.fsdp=4 against PyTorch FSDP2 on the 4 GPUs (2 x 16K: the
 #           peer's fp32 all-vocabulary logits do not fit at 2 x 32K).
 # MP_LAYERS, MP_STEPS, MP_EVERY, MP_KILL (default 4, 8, 3, 4) and EXPORT=0 (skip the export) shorten mp. The
-# trainer caps XLA_PYTHON_CLIENT_MEM_FRACTION at 0.90 in multi-process runs (common.sh exports 0.95, which left
-# NCCL too little of an 80 GiB H100 in session 20's first run of this call).
+# trainer caps XLA_PYTHON_CLIENT_MEM_FRACTION at 0.90 in multi-process runs (common.sh exports 0.95, which leaves
+# NCCL too little of an 80 GiB H100).
 # Run: bash scripts/device/run.sh node_acceptance    (PARTS="mp ring4 peer16" BUDGET_S=570 to override)
 source scripts/device/common.sh
 OUTF=$OUT; W=/tmp/wv; mkdir -p $W; START=$(date +%s); BUDGET_S=${BUDGET_S:-585}; PARTS=${PARTS:-"mp ring4 peer16"}

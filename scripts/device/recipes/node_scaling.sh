@@ -1,18 +1,22 @@
 # 4-GPU steps against one GPU of the same machine, Qwen3-8B SimPO, each profiled (RUNS picks).
-# Was call P (issue 40, kind nvidia-h100-x4): where a 4-GPU step loses time against one GPU of the same machine.
-# Qwen3-8B full-parameter SimPO (random weights, synthetic pairs, rows layout), remat auto, three steps each,
-# step 3 profiled and summarised on the machine (scripts/profile_summary.py). RUNS picks, in order, from:
+# Machine: 4 GPUs of one host (kind nvidia-h100-x4; data4 needs H200s). Where a 4-GPU step loses time against one
+# GPU of the same machine. Qwen3-8B full-parameter SimPO (random weights, synthetic pairs, rows layout), remat auto,
+# three steps each, step 3 profiled and summarised on the machine (scripts/profile_summary.py). RUNS picks, in order
+# (default "1gpu fsdp4 data4 fsdp4f"), from:
 #   1gpu   GPU 0 alone (CUDA_VISIBLE_DEVICES=0), one 2 x 32K pair: the baseline of this machine, this call;
 #   fsdp4  mesh.fsdp=4, 4 pairs of 2 x 32K (one per GPU);
 #   data4  mesh.data=4, 4 pairs (weights and moments replicated: 8B needs an H200's memory; skipped on H100);
 #   fsdp4f fsdp4 with the collective-overlap XLA flags exported as a user would, and CUDA_DEVICE_MAX_CONNECTIONS=1;
 #   fsdp4off fsdp4 with the overlap settings the trainer applies by default turned off through XLA_FLAGS (a flag
-#          the user sets wins): the "off" column of the flag table;
-#   ring4  mesh.seq=4, one 2 x 128K pair (ring attention); ring4f the same with the overlap flags.
+#          the user sets wins): the control for what those defaults add (docs/perf_training.md, "With the overlap
+#          settings on by default");
+#   ring4  mesh.seq=4, one 2 x 128K pair (ring attention; RING_S, default 250, its limit); ring4f the same with the
+#          overlap flags.
 # EXTRA_SETS (optional, word-split) is appended to every run's overrides, e.g. "--set model.remat=save_attention_out"
-# (what auto picks for these runs) to skip remat=auto's candidate compiles.
-# A run starts only while the call has time for it (BUDGET_S); everything is packed into $OUT/node_scaling.tgz as it
-# goes, so a call cut off still returns the runs that finished.
+# (what auto picks for these runs) to skip remat=auto's candidate compiles. W: work folder (default /tmp/w).
+# A run starts only while the call has time for it (BUDGET_S, default 540); everything is packed into
+# $OUT/node_scaling.tgz as it goes, so a call cut off still returns the runs that finished; summary.txt, and per run
+# NAME.events.npz (every kernel of every GPU) and NAME.xplane.pb.gz (the trace) beside it.
 # Run: RUNS="1gpu fsdp4 ring4" bash scripts/device/run.sh node_scaling
 source scripts/device/common.sh
 OUTF=$OUT; W=${W:-/tmp/w}; mkdir -p $W; OUT=$W

@@ -1,7 +1,9 @@
 # What optim.offload_state costs per step: Qwen3-8B SimPO 2 x 32K, moments on the device vs the host.
-# Was call C (issue 30 item 3): what optim.offload_state costs per step. Qwen3-8B SimPO full parameters, bf16,
-# 2 x 32K, offload_layer_inputs + tiled MLP, 4 steps each, with and without offload_state (same process layout).
-# Compare the last steps' seconds. Run: bash scripts/device/run.sh offload_state_cost
+# Machine: one H100 80 GB. Qwen3-8B SimPO full parameters, bf16, 2 x 32K, offload_layer_inputs + tiled MLP, 4 steps
+# each, with and without optim.offload_state (same process layout). Compare the last steps' seconds.
+# Outputs in $OUT: summary.txt, commands.txt and offload_state_cost.tgz (both runs' logs, memory samples, plans and
+# metrics).
+# Run: bash scripts/device/run.sh offload_state_cost
 source scripts/device/common.sh
 W=/tmp/w; mkdir -p $W; OUTF=$OUT; OUT=$W
 FULL=(--set model.preset=qwen3_8b --set model.param_dtype=bfloat16 --set model.mlp_chunk_tokens=8192

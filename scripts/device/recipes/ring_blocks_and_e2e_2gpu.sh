@@ -1,11 +1,14 @@
 # 2 GPUs: the ring's zigzag block shapes timed (diag), e2e_node's chain at 2 x 32K (e2e).
-# Was call Y (issue 40, kind nvidia-h100-x2; the 4-GPU kinds were not lent in session 21): two diagnoses on 2 GPUs.
+# Machine: 2 GPUs of one host (kind nvidia-h100-x2). Two diagnoses, PARTS picks (default "diag e2e"):
 #   diag  scripts/device/diag_ring_blocks.py: the ring's two zigzag off-diagonal block shapes (q 2c x kv c on the
 #         last ring device, q c x kv 2c on the first) timed forward and backward on each GPU, c = 16K (the 2 x 128K
-#         pair over seq=4). Session 20's profile found GPU 0's attention 1.6 s slower than GPU 3's.
-#   e2e   e2e_node's chain (scripts/e2e_gpu.py: HF in, train, SIGKILL, --resume, export, evaluate) over 2 GPUs, 2 x 32K,
-#         training checkpoints in /dev/shm, one evaluation sample per task: the evaluation stage on several GPUs
-#         never completed before (session 20 cut it at 580 s).
+#         pair over seq=4): whether the block shapes explain a first ring GPU whose attention is slower than the
+#         last one's in a 4-GPU ring4 profile.
+#   e2e   e2e_node's chain (scripts/e2e_gpu.py: HF in, train, SIGKILL, --resume, export, evaluate) over 2 GPUs,
+#         2 x L (L default 32768), training checkpoints in /dev/shm (/tmp/e2e if it has under 130 GiB free), one
+#         evaluation sample per task: short enough for the evaluation stage on several GPUs to complete in the
+#         call (E2E_S: what is left of BUDGET_S, default 570 s).
+# Outputs in $OUT: diag.txt; e2e.txt and e2e/ (e2e_node's outputs).
 # Run: bash scripts/device/run.sh ring_blocks_and_e2e_2gpu   (PARTS="diag e2e")
 source scripts/device/common.sh
 START=$(date +%s); PARTS=${PARTS:-"diag e2e"}

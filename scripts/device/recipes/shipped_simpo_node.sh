@@ -1,22 +1,25 @@
 # The shipped SimPO config (mesh: auto) on all GPUs and on GPU 0 alone, profiled (PARTS).
-# Was call X (issue 40, kind nvidia-h100-x4): the shipped SimPO config on the node beside one GPU of the same machine,
-# as a user runs it: `python -m longrm_jax.train --config configs/qwen3_8b_grm_simpo.yaml` with synthetic pairs
-# (random Qwen3-8B weights, no tokenizer, packed rows of 128,000 tokens, `mesh: auto`, the config's fp32 weights
-# and moments) and only what a benchmark must change: 3 steps of one micro step each (grad_accum 1: a shipped
-# step is 8 micro steps of ~25 s), no evaluation, no checkpoints, step 3 profiled.
-#   shipped4  all 4 GPUs: mesh auto chooses (the ring, seq=4, for one row per micro step) and prints why;
-#   shipped1  GPU 0 alone (CUDA_VISIBLE_DEVICES=0): `model.remat=auto` and `optim.offload_state=true` (docs/training.md's
-#             one-GPU settings for 128K tokens of full-parameter SimPO: the fp32 moments do not fit beside the rest).
+# Machine: 4 GPUs of one host (kind nvidia-h100-x4); it runs on any N GPUs of one host. The shipped SimPO config on
+# the node beside one GPU of the same machine, as a user runs it: `python -m longrm_jax.train --config
+# configs/qwen3_8b_grm_simpo.yaml` with synthetic pairs (random Qwen3-8B weights, no tokenizer, packed rows of
+# 128,000 tokens, `mesh: auto`, the config's fp32 weights and moments) and only what a benchmark must change: 3 steps
+# of one micro step each (grad_accum 1: a shipped step is 8 micro steps of ~25 s), no evaluation, no checkpoints,
+# step 3 profiled.
+#   shippedN  all N GPUs: mesh auto chooses (on four: the ring, seq=4, for one row per micro step) and prints why;
+#   shipped1  GPU 0 alone (CUDA_VISIBLE_DEVICES=0): docs/training.md's one-GPU settings for 128K tokens of
+#             full-parameter SimPO, `optim.offload_state=true` (the fp32 moments do not fit beside the rest) and
+#             the remat settings of ONE_GPU_SETS; its limit ONE_GPU_S (default 300 s).
 #   prevN     all GPUs again, with the package as it was before the ring skipped cross-sequence blocks (aa378ed^,
 #             a copy in .prev/, git-excluded: `git archive aa378ed^ longrm_jax | tar x -C .prev`, carried with .whl):
 #             the same-machine comparison for that change.
-# On a machine of N GPUs the all-GPU parts are named shippedN / prevN (session 23: 2 x H200).
-# PARTS picks (default "shippedN shipped1"); everything lands in $OUT/shipped_simpo_node.tgz as it goes, the traces beside it.
+# On a machine of N GPUs the all-GPU parts are named shippedN / prevN (shipped4 / prev4 on four).
+# PARTS picks (default "shippedN shipped1"); BUDGET_S (default 580) bounds the call. Everything lands in
+# $OUT/shipped_simpo_node.tgz as it goes, summary.txt and the traces (NAME.xplane.pb.gz) beside it.
 # GA (default 1): grad_accum, rows per optimizer step. With GA a multiple of the GPUs, mesh auto may give every
 # GPU whole rows (data parallel, the step's rows re-split: parallel.mesh_choice) instead of the ring.
-# STEPS (default 3) and PROFILE_AT (default 3): steps per run and the profiled step. ONE_GPU_SETS (default: what
-# remat auto chose for shipped1 in session 25, `model.remat=full model.mlp_chunk_tokens=8192`, so no candidate
-# compiles) replaces shipped1's remat settings; ONE_GPU_SETS="--set model.remat=auto" lets auto choose again.
+# STEPS (default 3) and PROFILE_AT (default 3): steps per run and the profiled step. ONE_GPU_SETS (default
+# `--set model.remat=full --set model.mlp_chunk_tokens=8192`: what remat auto chooses for shipped1, given so no
+# candidate compiles) replaces shipped1's remat settings; ONE_GPU_SETS="--set model.remat=auto" lets auto choose.
 # Run: bash scripts/device/run.sh shipped_simpo_node
 source scripts/device/common.sh
 OUTF=$OUT; W=/tmp/wx; mkdir -p $W; START=$(date +%s); BUDGET_S=${BUDGET_S:-580}; PARTS=${PARTS:-"shippedN shipped1"}

@@ -1,7 +1,10 @@
 # Longest full-parameter Qwen3-8B SimPO pair on one H100: 2 x 96K, AdamW moments on the host.
-# Was call B (issue 30 item 2): the longest full-parameter SimPO pair on one H100: 2 x 96K with the AdamW moments on
-# the host, layer inputs offloaded, tiled MLP; if the plan refuses, the same with offload_layer_inputs_and_attention
-# (the plan's refusal message is the result then). Run: bash scripts/device/run.sh simpo_full_longest_h100
+# Machine: one H100 80 GB on a host with 128 GiB of RAM. The longest full-parameter SimPO pair: 2 x 96K with the
+# AdamW moments on the host, layer inputs offloaded, tiled MLP; if the plan refuses (within 150 s), the same with
+# offload_layer_inputs_and_attention (the plan's refusal message is the result then). STEPS steps each (default 2).
+# Outputs in $OUT: summary.txt, commands.txt and simpo_full_longest_h100.tgz (each run's log, memory samples, plan
+# and metrics).
+# Run: bash scripts/device/run.sh simpo_full_longest_h100
 source scripts/device/common.sh
 W=/tmp/w; mkdir -p $W; OUTF=$OUT; OUT=$W
 FULL=(--set model.preset=qwen3_8b --set model.param_dtype=bfloat16 --set model.mlp_chunk_tokens=8192

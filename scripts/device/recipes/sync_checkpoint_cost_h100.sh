@@ -1,8 +1,10 @@
 # What a synchronous checkpoint of the H100 full-parameter recipe costs (2 x 32K, a save per step).
-# Was call O (what a synchronous checkpoint costs): Qwen3-8B SimPO with full parameters on one H100 with the H100's
-# recipe (moments and layer inputs in pinned host memory, so saves are synchronous by default since session 17),
-# 2 x 32K, three steps, a checkpoint after each (keep 1, delete_oldest: the 64 GB disk holds one 49 GB state).
-# The trainer prints "checkpoint step N: written in X s". Run: bash scripts/device/run.sh sync_checkpoint_cost_h100
+# Machine: one H100 80 GB with the lent machine's 64 GB disk. Qwen3-8B SimPO with full parameters with the H100's
+# recipe (moments and layer inputs in pinned host memory, so its saves are synchronous by default), 2 x 32K, three
+# steps, a checkpoint after each (keep 1, delete_oldest: the 64 GB disk holds one 49 GB state; save_host_gb 8).
+# The trainer prints "checkpoint step N: written in X s"; those lines go to summary.txt. Outputs in $OUT:
+# summary.txt, commands.txt and sync_checkpoint_cost_h100.tgz (log, memory samples, plan, metrics, disk.txt).
+# Run: bash scripts/device/run.sh sync_checkpoint_cost_h100
 source scripts/device/common.sh
 W=/tmp/w; mkdir -p $W; OUTF=$OUT; OUT=$W
 df -h /tmp | tail -1 | tee $W/disk.txt
