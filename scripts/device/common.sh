@@ -1,4 +1,4 @@
-# Sourced at the start of every device call (issue 30 measurements). Installs the carried wheels that the GPU
+# Sourced by every GPU recipe first. Installs the carried wheels that the GPU
 # image lacks (grain + array-record/portpicker, tokamax + einshape/pydantic/qwix/immutabledict, tensorboardX,
 # peft 0.21.2: bench_train.py's PyTorch peer of a LoRA run trains the same adapters through it)
 # (xprof is not carried: longrm_jax.ops.flash registers a stand-in when tokamax asks for it).
