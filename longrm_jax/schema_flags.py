@@ -118,16 +118,23 @@ def add_schema_flags(parser: argparse.ArgumentParser, schema: type) -> None:
                             metavar=None if words else metavars.get(f.name, "N" if numeric else "VALUE"))
 
 
-def _as_yaml(value) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
+def _as_yaml(value, declared) -> str:
+    """A flag's value as the YAML that means it: a word for a field that takes a string stays that string (quoted:
+    YAML would read `false`, `off` or `null` as something else), a number's word is read as YAML, a list or a
+    switch as JSON."""
+    if not isinstance(value, str):
+        return json.dumps(value)
+    takes_text = declared is str or str in typing.get_args(declared)
+    return json.dumps(value) if takes_text else value
 
 
 def config_from_args(args: argparse.Namespace, schema: type):
-    """The validated config of ``schema``: ``--config``, then ``--set``, then the flags given (read as YAML
-    values the way ``--set`` reads them)."""
+    """The validated config of ``schema``: ``--config``, then ``--set``, then the flags given (a number read as
+    YAML, as ``--set`` reads it; a word for a text setting as that text)."""
     given = getattr(args, "given_flags", set())
-    # A word from the command line is read as YAML, as --set reads it; a list of them (nargs) as a YAML list.
-    flags = [f"{f.name}={_as_yaml(getattr(args, f.name))}" for f in dataclasses.fields(schema) if f.name in given]
+    hints = typing.get_type_hints(schema)
+    flags = [f"{f.name}={_as_yaml(getattr(args, f.name), hints[f.name])}" for f in dataclasses.fields(schema)
+             if f.name in given]
     try:
         return load_config(args.config, list(args.overrides) + flags, schema=schema)
     except ConfigError as error:  # a value the command line gave is named by its flag

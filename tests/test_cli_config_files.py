@@ -34,6 +34,21 @@ def test_a_file_of_settings_means_the_same_flags(tmp_path):
     assert read_config(["--config", path, "--no-truncate"]).max_length is None
 
 
+def test_a_word_on_the_command_line_means_that_word():
+    """YAML reads `off`, `false` or `null` as something else: a flag's word for a text setting stays that word, a
+    number's word is still a number."""
+    cfg = read_config(["--model-path", "false", "--data-path", "null", "--compilation-cache", "off", "--replicas", "2",
+                       "--max-new-tokens", "64"])
+    assert (cfg.model_path, cfg.data_path, cfg.compilation_cache, cfg.replicas) == ("false", "null", "off", "2")
+    assert cfg.max_new_tokens == 64
+    from longrm_jax.data.inspect_data import InspectConfig, build_parser as inspect_parser
+    from longrm_jax.schema_flags import config_from_args
+
+    inspect = config_from_args(inspect_parser().parse_args(["--data", "d", "--tokenizer", "t", "--enable-thinking",
+                                                            "false"]), InspectConfig)
+    assert inspect.enable_thinking == "false"
+
+
 def test_the_command_line_wins_over_set_which_wins_over_the_file(tmp_path):
     path = _write(tmp_path, "model_path: m\ndata_path: d\nmax_new_tokens: 512\nseed: 3\n")
     cfg = read_config(["--config", path, "--set", "seed=7", "--set", "max_new_tokens=64", "--max-new-tokens", "128"])
