@@ -173,8 +173,8 @@ class _ArrivingPrompts:
     """A live source (evaluation.grm.continuous.LiveSource) whose second prompt arrives only after the first has
     been asked for new work a few times, i.e. while the first one decodes."""
 
-    def __init__(self, first, later, arrives_at_ask: int):
-        self.waiting, self.later, self.arrives_at_ask = [first], later, arrives_at_ask
+    def __init__(self, arrives_at_ask: int = 0):
+        self.waiting, self.later, self.arrives_at_ask = [], None, arrives_at_ask
         self.asks, self.delivered, self.stopping = 0, [], False
 
     def next_length(self, timeout):
@@ -198,17 +198,23 @@ class _ArrivingPrompts:
         return LiveItem(prompt, budget, deliver)
 
 
+def _live_generator(causal_lm, slots: int, seed: int, lengths):
+    """(a continuous generator of ``slots`` slots, 2 decode steps per round trip, on the tiny model; random
+    prompts of ``lengths`` tokens)."""
+    path, _ = causal_lm
+    rng = np.random.default_rng(seed)
+    generator = GreedyGenerator(load_pretrained(path, dtype="float32"), pad_id=0, stop_ids=[],
+                                max_new_tokens=NEW_TOKENS, letter_ids=[37, 38], batch_size=slots, continuous=True,
+                                decode_chunk=2)
+    return generator, [rng.integers(5, VOCAB, n).astype(np.int32) for n in lengths]
+
+
 def test_a_prompt_that_arrives_mid_decode_joins_the_running_pool(causal_lm):
     """A server's live pool (GreedyGenerator.generate_live): a short judgement that arrives while a long one
     decodes is admitted into the free slot at the next host round trip and delivered first, and both
     generations equal what the evaluator's continuous batching gives the same prompts and budgets."""
-    path, _ = causal_lm
-    model = load_pretrained(path, dtype="float32")
-    rng = np.random.default_rng(5)
-    long_prompt, short_prompt = (rng.integers(5, VOCAB, n).astype(np.int32) for n in (40, 12))
-    generator = GreedyGenerator(model, pad_id=0, stop_ids=[], max_new_tokens=NEW_TOKENS, letter_ids=[37, 38],
-                                batch_size=2, continuous=True, decode_chunk=2)
-    source = _ArrivingPrompts(None, None, arrives_at_ask=3)
+    generator, (long_prompt, short_prompt) = _live_generator(causal_lm, 2, 5, (40, 12))
+    source = _ArrivingPrompts(arrives_at_ask=3)
     source.waiting = [source.item("long", long_prompt, NEW_TOKENS)]
     source.later = source.item("short", short_prompt, 3)
     pools = []
@@ -229,13 +235,8 @@ def test_a_prompt_nobody_waits_for_gives_its_slot_up(causal_lm):
     first is never delivered."""
     from longrm_jax.evaluation.grm.continuous import LiveItem
 
-    path, _ = causal_lm
-    model = load_pretrained(path, dtype="float32")
-    rng = np.random.default_rng(6)
-    first, second = (rng.integers(5, VOCAB, n).astype(np.int32) for n in (30, 20))
-    generator = GreedyGenerator(model, pad_id=0, stop_ids=[], max_new_tokens=NEW_TOKENS, letter_ids=[37, 38],
-                                batch_size=1, continuous=True, decode_chunk=2)
-    source = _ArrivingPrompts(None, None, arrives_at_ask=0)
+    generator, (first, second) = _live_generator(causal_lm, 1, 6, (30, 20))
+    source = _ArrivingPrompts()
     asked = []
 
     def gone():

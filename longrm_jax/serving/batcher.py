@@ -42,7 +42,33 @@ class BatchStats:
     batch_sizes: list = field(default_factory=list)  # the last batches' sizes (bounded)
 
 
-class RequestBatcher:
+class _Submissions:
+    """What both batchers share: a bounded queue of items and a request's wait for its items' results."""
+
+    queue: list[_Item]
+    max_queue: int
+
+    @property
+    def pending(self) -> int:
+        return len(self.queue)
+
+    async def submit(self, payloads: Sequence, tokens: Sequence[int]) -> list:
+        if self.pending + len(payloads) > self.max_queue:
+            raise QueueFull(f"{self.pending} items are waiting (max_queue {self.max_queue})")
+        loop = asyncio.get_running_loop()
+        items = [_Item(payload, int(n), loop.create_future()) for payload, n in zip(payloads, tokens)]
+        self._enqueue(items)
+        try:
+            return list(await asyncio.gather(*(item.future for item in items)))
+        finally:  # a request cancelled (its client went away): its items are dropped before their turn
+            for item in items:
+                item.future.cancel()
+
+    def _enqueue(self, items: list[_Item]) -> None:
+        raise NotImplementedError
+
+
+class RequestBatcher(_Submissions):
     """``await batcher.submit(payloads, tokens)`` -> ``compute(payloads of a batch)``'s result for each payload,
     computed together with other requests' items."""
 
@@ -64,22 +90,9 @@ class RequestBatcher:
             self._worker.cancel()
             await asyncio.gather(self._worker, return_exceptions=True)
 
-    @property
-    def pending(self) -> int:
-        return len(self.queue)
-
-    async def submit(self, payloads: Sequence, tokens: Sequence[int]) -> list:
-        if self.pending + len(payloads) > self.max_queue:
-            raise QueueFull(f"{self.pending} items are waiting (max_queue {self.max_queue})")
-        loop = asyncio.get_running_loop()
-        items = [_Item(payload, int(n), loop.create_future()) for payload, n in zip(payloads, tokens)]
+    def _enqueue(self, items: list[_Item]) -> None:
         self.queue.extend(items)
         self._wake.set()
-        try:
-            return list(await asyncio.gather(*(item.future for item in items)))
-        finally:  # a request cancelled (its client went away) leaves nothing of its own in the queue
-            for item in items:
-                item.future.cancel()
 
     def _take(self) -> list[_Item]:
         """The next batch: queued items in order, at most batch_size of them and max_batch_tokens tokens (always
@@ -127,7 +140,7 @@ class RequestBatcher:
                     item.future.set_result(value)
 
 
-class LiveBatcher:
+class LiveBatcher(_Submissions):
     """``await batcher.submit(payloads, tokens)`` -> each payload's generation, for a generator that admits
     prompts while it decodes (continuous batching across requests: ``GreedyGenerator.generate_live``).
 
@@ -158,23 +171,10 @@ class LiveBatcher:
         if self._worker is not None:
             await asyncio.gather(self._worker, return_exceptions=True)
 
-    @property
-    def pending(self) -> int:
-        return len(self.queue)
-
-    async def submit(self, payloads: Sequence, tokens: Sequence[int]) -> list:
-        if self.pending + len(payloads) > self.max_queue:
-            raise QueueFull(f"{self.pending} items are waiting (max_queue {self.max_queue})")
-        loop = asyncio.get_running_loop()
-        items = [_Item(payload, int(n), loop.create_future()) for payload, n in zip(payloads, tokens)]
+    def _enqueue(self, items: list[_Item]) -> None:
         with self._lock:
             self.queue.extend(items)
             self._lock.notify_all()
-        try:
-            return list(await asyncio.gather(*(item.future for item in items)))
-        finally:  # a request cancelled (its client went away): its waiting items are dropped when their turn comes
-            for item in items:
-                item.future.cancel()
 
     # The worker thread's side (evaluation.grm.continuous.LiveSource).
 
